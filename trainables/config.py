@@ -1,0 +1,52 @@
+"""TrainConfig: everything the shared loop needs to know, typed and checked when it is built."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class TrainConfig(BaseModel):
+    """One training run's settings. Batch size is per worker: the global batch is batch_size x workers x
+    grad_accum, as in torchrun/DDP."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "digits-cnn"
+    dataset: str | None = Field(None, description="default: the model's own (digits, stdlib-text, fake-images)")
+    data_path: str | None = Field(None, description="a .parquet file or folder, for dataset: parquet")
+    epochs: int = Field(3, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps in all")
+    stop_after_epochs: int | None = Field(
+        None, ge=1, description="end this session after N epochs with a checkpoint; --resume continues"
+    )
+    batch_size: int = Field(32, ge=1, description="per worker")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    grad_clip: float | None = Field(None, gt=0)
+    precision: Precision = "fp32"
+    seed: int = 0
+    deterministic: bool = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
+    checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
+    log_every: int = Field(10, ge=1, description="optimizer steps between metric rows (one host sync each)")
+    loader_workers: int = Field(0, ge=0, description="DataLoader worker processes per training worker")
+    seq_len: int = Field(128, ge=2, description="tokens per sample, for text datasets")
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    fake_samples: int = Field(2048, ge=1, description="size of the synthetic datasets")
+    image_size: int = Field(64, ge=8, description="side of synthetic images")
+
+    @model_validator(mode="after")
+    def _parquet_needs_path(self) -> TrainConfig:
+        if self.dataset == "parquet" and not self.data_path:
+            raise ValueError("dataset parquet needs data_path: the .parquet file or folder to read")
+        if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
+            raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
+        return self

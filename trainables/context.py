@@ -1,0 +1,45 @@
+"""What a worker is told about its place in the job. Built by whoever launched it (Ray, torchrun, a test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    devices: tuple[torch.device, ...] = field(default_factory=lambda: (torch.device("cpu"),))
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank({self.rank}) must be in [0, world_size({self.world_size}))")
+        if not self.devices:
+            raise ValueError("a worker needs at least one device")
+
+    @property
+    def device(self) -> torch.device:
+        """The device inputs go to and where data parallel keeps its buckets: the first owned device."""
+        return self.devices[0]
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class Reporter(Protocol):
+    """Where the loop sends what it measured. `log` is called on rank 0 only and must not block;
+    `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None)."""
+
+    def log(self, row: dict[str, float]) -> None: ...
+
+    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None: ...

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class DataMeta:
+    """What a model needs to know about its inputs. Every dataset yields (inputs, targets) pairs and the loss
+    is cross-entropy over the last dimension: classes for images, the vocabulary for tokens."""
+
+    kind: Literal["image", "tokens"]
+    num_classes: int  # classes, or vocabulary size
+    in_channels: int = 0
+    image_size: int = 0
+    seq_len: int = 0

@@ -1,0 +1,38 @@
+"""Run the loop in this process, no Ray: the bare baseline for benchmarks and the reference in tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from trainables.checkpoint import load_state
+from trainables.config import TrainConfig
+from trainables.context import DistContext
+from trainables.run import run_training
+
+
+class LocalReporter:
+    """Keeps logged rows in memory and checkpoints as numbered folders under `folder`."""
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self.rows: list[dict[str, float]] = []
+        self.folder = Path(folder) if folder else None
+        self.checkpoints: list[Path] = []
+
+    def log(self, row: dict[str, float]) -> None:
+        self.rows.append(dict(row))
+
+    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
+        if folder is None or self.folder is None:
+            return
+        dest = self.folder / f"checkpoint_{len(self.checkpoints):06d}"
+        shutil.copytree(folder, dest)
+        self.checkpoints.append(dest)
+
+
+def train_locally(cfg: TrainConfig, folder: str | Path | None = None,
+                  resume: str | Path | None = None) -> tuple[dict[str, float], LocalReporter]:
+    reporter = LocalReporter(folder)
+    saved = load_state(resume) if resume else None
+    metrics = run_training(cfg, DistContext(), reporter, saved)
+    return metrics, reporter

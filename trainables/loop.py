@@ -1,0 +1,199 @@
+"""The one training loop. It does not import Ray and does not know how it is distributed: it gets a model
+(already wrapped by a strategy), an optimizer, loaders, a context (rank, devices) and a reporter.
+
+Read it top to bottom: epochs -> optimizer steps -> micro-batches; every `log_every` steps one host sync to
+log a row; a checkpoint every `checkpoint_every` steps and at the end of each epoch, after validation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from trainables.checkpoint import rng_state, save_state
+from trainables.config import TrainConfig
+from trainables.context import DistContext, Reporter
+from trainables.data.samplers import ResumableSampler
+from trainables.parallel import unwrap
+from trainables.precision import MixedPrecision
+
+
+@dataclass
+class Position:
+    """Where the run is: restored from a checkpoint, it resumes on the very next micro-batch."""
+
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches this rank has consumed in `epoch`
+    step: int = 0  # optimizer steps taken in all
+
+
+@dataclass
+class TrainState:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    amp: MixedPrecision
+    position: Position = field(default_factory=Position)
+
+    def state_dict(self, cfg: TrainConfig) -> dict[str, Any]:
+        return {
+            "model": unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.amp.scaler.state_dict(),
+            "position": asdict(self.position),
+            "rng": rng_state(),
+            "config": cfg.model_dump(),
+        }
+
+
+@dataclass
+class Loaders:
+    train: DataLoader
+    val: DataLoader
+    sampler: ResumableSampler
+    tokens_per_sample: int = 0  # > 0 for language models: report tokens/s too
+
+
+def steps_per_epoch(cfg: TrainConfig, loaders: Loaders) -> int:
+    return (loaders.sampler.num_samples // cfg.batch_size) // cfg.grad_accum
+
+
+def total_steps(cfg: TrainConfig, loaders: Loaders) -> int:
+    steps = cfg.epochs * steps_per_epoch(cfg, loaders)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
+def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision) -> torch.Tensor:
+    with amp.autocast():
+        logits = model(x)  # (B, classes) or (B, T, vocab)
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+
+
+def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext) -> torch.Tensor:
+    """One optimizer step over grad_accum micro-batches. Returns the mean loss, still on the device."""
+    model, amp = state.model, state.amp
+    total = torch.zeros((), device=ctx.device)
+    for micro in range(cfg.grad_accum):
+        x, y = next(batches)
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        # Only the last micro-batch all-reduces: earlier ones accumulate locally (DDP no_sync).
+        last = micro == cfg.grad_accum - 1
+        sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
+        with sync:
+            loss = loss_of(model, x, y, amp)
+            amp.scaler.scale(loss / cfg.grad_accum).backward()
+        total += loss.detach()
+        state.position.batch_in_epoch += 1
+    if cfg.grad_clip:
+        amp.scaler.unscale_(state.optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    amp.scaler.step(state.optimizer)
+    amp.scaler.update()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scheduler.step()
+    state.position.step += 1
+    return total / cfg.grad_accum
+
+
+@torch.no_grad()
+def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext) -> dict[str, float]:
+    """Loss and accuracy over the whole validation split, each sample counted once across ranks."""
+    state.model.eval()
+    sums = torch.zeros(3, device=ctx.device, dtype=torch.float64)  # loss sum, correct, count
+    for x, y in loader:
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        with state.amp.autocast():
+            logits = state.model(x)
+        logits, y = logits.flatten(0, -2).float(), y.flatten()
+        sums[0] += F.cross_entropy(logits, y, reduction="sum")
+        sums[1] += (logits.argmax(-1) == y).sum()
+        sums[2] += y.numel()
+    if ctx.distributed:
+        dist.all_reduce(sums)
+    state.model.train()
+    return {"val_loss": (sums[0] / sums[2]).item(), "val_acc": (sums[1] / sums[2]).item()}
+
+
+def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
+               metrics: dict[str, float]) -> None:
+    """Rank 0 writes the state to a fresh folder; every rank reports (Ray's report is collective)."""
+    folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None
+    if folder:
+        save_state(state.state_dict(cfg), folder)
+    reporter.checkpoint(metrics, folder)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class Meter:
+    """Loss and throughput between two log points, read with one host sync."""
+
+    def __init__(self, ctx: DistContext, samples_per_step: int, tokens_per_sample: int) -> None:
+        self.loss = torch.zeros((), device=ctx.device)
+        self.steps = 0
+        self.samples_per_step = samples_per_step
+        self.tokens_per_sample = tokens_per_sample
+        self.since = time.perf_counter()
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.loss += loss
+        self.steps += 1
+
+    def row(self, state: TrainState, micro_per_epoch: int) -> dict[str, float]:
+        loss = (self.loss / max(self.steps, 1)).item()  # the one host sync of the window
+        elapsed = time.perf_counter() - self.since
+        pos = state.position
+        row = {
+            "step": pos.step,
+            "epoch": pos.epoch + pos.batch_in_epoch / max(micro_per_epoch, 1),
+            "loss": loss,
+            "lr": state.optimizer.param_groups[0]["lr"],
+            "samples_per_s": self.steps * self.samples_per_step / elapsed,
+        }
+        if self.tokens_per_sample:
+            row["tokens_per_s"] = row["samples_per_s"] * self.tokens_per_sample
+        self.loss.zero_()
+        self.steps = 0
+        self.since = time.perf_counter()
+        return row
+
+
+def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistContext,
+               reporter: Reporter) -> dict[str, float]:
+    pos = state.position
+    per_epoch = steps_per_epoch(cfg, loaders)
+    last_step = total_steps(cfg, loaders)
+    last_epoch = cfg.stop_after_epochs or cfg.epochs
+    micro_per_epoch = per_epoch * cfg.grad_accum
+    meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample)
+    metrics: dict[str, float] = {}
+    state.model.train()
+    while pos.epoch < last_epoch and pos.step < last_step:
+        loaders.sampler.set_epoch(pos.epoch, start=pos.batch_in_epoch * cfg.batch_size)
+        batches = iter(loaders.train)
+        while pos.batch_in_epoch < micro_per_epoch and pos.step < last_step:
+            meter.add(train_step(state, batches, cfg, ctx))
+            if pos.step % cfg.log_every == 0 and ctx.is_main:
+                metrics = meter.row(state, micro_per_epoch)
+                reporter.log(metrics)
+            if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
+                checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
+        if pos.batch_in_epoch >= micro_per_epoch:
+            pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
+        metrics = {**metrics, **evaluate(state, loaders.val, ctx), "step": pos.step, "epoch": pos.epoch}
+        if ctx.is_main:
+            reporter.log(metrics)
+        checkpoint(state, cfg, ctx, reporter, metrics)
+    return metrics

@@ -1,0 +1,30 @@
+"""fp32, bf16 or fp16 mixed precision: an autocast context and a GradScaler that is live only for fp16."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from trainables.config import Precision
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class MixedPrecision:
+    precision: Precision
+    device_type: str
+    scaler: torch.amp.GradScaler
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=_DTYPES[self.precision])
+
+
+def mixed_precision(precision: Precision, device: torch.device) -> MixedPrecision:
+    # fp16's narrow range underflows small gradients: scale the loss up, unscale before the step.
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    return MixedPrecision(precision, device.type, scaler)

@@ -1,0 +1,107 @@
+"""Build a run from its config (data, model, strategy, optimizer), restore it if asked, and train.
+
+This is the thin entry every launcher calls, torchtitan-style: parse -> build -> (restore) -> loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from trainables.checkpoint import set_rng_state
+from trainables.config import TrainConfig
+from trainables.context import DistContext, Reporter
+from trainables.data import build_datasets
+from trainables.data.samplers import ResumableSampler, ShardSampler
+from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
+from trainables.models import build_model, model_entry
+from trainables.parallel import unwrap
+from trainables.parallel.ddp import wrap_ddp
+from trainables.precision import mixed_precision
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_loaders(cfg: TrainConfig, ctx: DistContext) -> tuple[Loaders, Any]:
+    name = cfg.dataset or model_entry(cfg.model).default_dataset
+    train_ds, val_ds, meta = build_datasets(cfg, name)
+    sampler = ResumableSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=cfg.seed)
+    common = {
+        "batch_size": cfg.batch_size,
+        "num_workers": cfg.loader_workers,
+        "pin_memory": ctx.device.type == "cuda",
+        "persistent_workers": cfg.loader_workers > 0,
+    }
+    train = DataLoader(train_ds, sampler=sampler, drop_last=True, **common)
+    val = DataLoader(val_ds, sampler=ShardSampler(len(val_ds), ctx.rank, ctx.world_size), **common)
+    if len(train) < cfg.grad_accum:
+        raise ValueError(f"{len(train_ds)} training samples over {ctx.world_size} worker(s) at batch_size"
+                         f" {cfg.batch_size} give {len(train)} batches, fewer than grad_accum {cfg.grad_accum}")
+    return Loaders(train, val, sampler, tokens_per_sample=meta.seq_len), meta
+
+
+def build_optimizer(cfg: TrainConfig, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    # The fused kernel does the whole update in a few launches on CUDA; CPU takes the foreach path.
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+
+
+def lr_lambda(cfg: TrainConfig, steps: int):
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "constant":
+            return 1.0
+        progress = (step - cfg.warmup_steps) / max(1, steps - cfg.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return factor
+
+
+def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any) -> TrainState:
+    seed_everything(cfg.seed)  # same initial weights on every rank and every run
+    model = wrap_ddp(build_model(cfg.model, meta), ctx)
+    optimizer = build_optimizer(cfg, model, ctx.device)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
+    return TrainState(model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device))
+
+
+def restore(state: TrainState, saved: dict[str, Any]) -> None:
+    unwrap(state.model).load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    state.scheduler.load_state_dict(saved["scheduler"])
+    state.amp.scaler.load_state_dict(saved["scaler"])
+    state.position = Position(**saved["position"])
+    set_rng_state(saved["rng"])
+
+
+def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
+                 resume_from: dict[str, Any] | None = None) -> dict[str, float]:
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    loaders, meta = build_loaders(cfg, ctx)
+    state = build_state(cfg, ctx, loaders, meta)
+    if resume_from is not None:
+        restore(state, resume_from)
+        log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)
+    else:
+        seed_everything(cfg.seed + ctx.rank)  # per-rank stream for dropout and the like
+    n_params = sum(p.numel() for p in unwrap(state.model).parameters())
+    log.info("model %s: %.2fM parameters on %s", cfg.model, n_params / 1e6, [str(d) for d in ctx.devices])
+    return train_loop(state, loaders, cfg, ctx, reporter)
