@@ -1,0 +1,17 @@
+"""Train a PyTorch model on a laptop, one GPU box or many nodes with Ray Train, and sweep it with Ray Tune."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.launch import RunResult
+
+__all__ = ["launch"]
+
+
+def launch(config: str | None = None, resume: str | None = None, **settings: Any) -> RunResult:
+    """See orchestrator.api.launch. Imported lazily so `import orchestrator` stays cheap."""
+    from orchestrator.api import launch as _launch
+
+    return _launch(config, resume, **settings)

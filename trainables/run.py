@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,8 @@ from torch.utils.data import DataLoader
 from trainables.checkpoint import set_rng_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
-from trainables.data import build_datasets
+from trainables.data import DATASETS, build_datasets
+from trainables.errors import ConfigError
 from trainables.data.samplers import ResumableSampler, ShardSampler
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, model_entry
@@ -105,3 +107,15 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
     n_params = sum(p.numel() for p in unwrap(state.model).parameters())
     log.info("model %s: %.2fM parameters on %s", cfg.model, n_params / 1e6, [str(d) for d in ctx.devices])
     return train_loop(state, loaders, cfg, ctx, reporter)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """The checks that need no data loaded, run by the driver before any worker starts."""
+    entry = model_entry(cfg.model)
+    name = cfg.dataset or entry.default_dataset
+    if name not in DATASETS:
+        raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
+    if cfg.data_path and not Path(cfg.data_path).exists():
+        raise ConfigError(f"data_path {cfg.data_path}: no such file or folder")
+    if cfg.precision == "fp16" and not torch.cuda.is_available():
+        log.warning("fp16 on CPU is slow and numerically poor: bf16 is the CPU's mixed precision")

@@ -1,0 +1,111 @@
+"""`orchestrator`: launch, plan, doctor, cluster. Bad input is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from orchestrator.config import LaunchConfig
+from orchestrator.flags import add_model_flags, overrides_from
+from trainables.config import TrainConfig
+from trainables.errors import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump), still exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _launch_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="a launch YAML (e.g. a sweep's best.yaml); flags override it")
+    parser.add_argument("--resume", metavar="RUN", help="continue run RUN from its latest checkpoint")
+    add_model_flags(parser, TrainConfig, prefix="o.train.")
+    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train",))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="orchestrator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    _launch_flags(sub.add_parser("launch", help="train one model on Ray Train (embedded local Ray by default)"))
+    _launch_flags(sub.add_parser("plan", help="print the plan a launch would use, start nothing"))
+    doctor = sub.add_parser("doctor", help="torch/CUDA/NCCL/Ray versions, devices, cluster resources")
+    doctor.add_argument("--address")
+    doctor.add_argument("--no-ray", action="store_true", help="skip starting/joining Ray")
+    cluster = sub.add_parser("cluster", help="cluster specs").add_subparsers(dest="cluster_command", required=True)
+    validate = cluster.add_parser("validate", help="check a cluster YAML and print what it describes")
+    validate.add_argument("spec")
+    return parser
+
+
+def _config_from(args: argparse.Namespace) -> LaunchConfig:
+    from orchestrator.api import build_config
+
+    return build_config(overrides_from(args, "o."), args.config, args.resume)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from orchestrator.launch import launch
+
+    result = launch(_config_from(args), resume=args.resume is not None)
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss", "loss"))
+    Console(stderr=True).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s: {metrics}\n"
+                               f"  results: {result.path}")
+    return 0
+
+
+def _print_pairs(title: str, pairs: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("what", "value", title=title)
+    for key, value in pairs:
+        table.add_row(key, value)
+    Console().print(table)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from cluster.plan import plan
+    from orchestrator.launch import cluster_spec, job_request
+
+    cfg = _config_from(args)
+    _print_pairs("plan", plan(cluster_spec(cfg), job_request(cfg)).describe())
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from cluster.spec import load_spec
+
+    spec = load_spec(args.spec)
+    rows = [("name", spec.name), ("address", spec.address or "(embedded local Ray)"),
+            ("nodes", str(spec.num_nodes)), ("CPUs", str(spec.total_cpus)), ("GPUs", str(spec.total_gpus))]
+    rows += [(f"group {g.name}", f"{g.count} x ({g.cpus} CPU, {g.gpus.count} GPU {g.gpus.type or ''})".rstrip())
+             for g in spec.node_groups]
+    _print_pairs(f"cluster {args.spec}", rows)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "doctor":
+            from orchestrator.doctor import doctor
+
+            return doctor(args.address, with_ray=not args.no_ray)
+        return {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster}[args.command](args)
+    except ConfigError as exc:
+        print(f"orchestrator: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("orchestrator: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

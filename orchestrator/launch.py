@@ -1,0 +1,152 @@
+"""`orchestrator launch`: validate everything, then plan, start (or join) Ray, run a TorchTrainer over the
+shared loop, and write the run's results. Nothing is written before the config is known to be good."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.plan import JobRequest, Plan, plan
+from cluster.spec import ClusterSpec, load_spec
+from orchestrator.config import LaunchConfig, load_launch_config, write_launch_config
+from orchestrator.results import plot_loss, read_rows, write_rows
+from trainables.errors import ConfigError
+from trainables.run import check_config
+
+log = logging.getLogger(__name__)
+DEFAULT_SPEC = Path(__file__).resolve().parent.parent / "cluster" / "examples" / "local.yaml"
+LAUNCH_FILE = "launch.yaml"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    path: Path
+    metrics: dict[str, float]  # the last validation report
+    checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
+    rows: list[dict[str, float]]
+    seconds: float
+
+
+def cluster_spec(cfg: LaunchConfig) -> ClusterSpec:
+    return load_spec(cfg.cluster or DEFAULT_SPEC)
+
+
+def job_request(cfg: LaunchConfig) -> JobRequest:
+    return JobRequest(workers=cfg.workers, gpus_per_worker=cfg.gpus_per_worker,
+                      cpus_per_worker=cfg.cpus_per_worker, placement=cfg.placement, node_group=cfg.node_group)
+
+
+def check_entry(entry: str) -> None:
+    from orchestrator.worker import resolve_entry
+
+    try:
+        resolve_entry(entry)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"entry {entry!r} cannot be loaded ({exc}): check the module is importable") from None
+
+
+def prepare_run(cfg: LaunchConfig, spec: ClusterSpec, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, Path]:
+    name = cfg.name or f"{cfg.train.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(the_plan.storage_path) / name
+    exists = (run_dir / LAUNCH_FILE).exists()
+    if resume and not exists:
+        raise ConfigError(f"--resume {name}: no run at {run_dir}: list runs with `ls {the_plan.storage_path}`")
+    if not resume and exists:
+        raise ConfigError(f"run {name!r} already exists at {run_dir}: continue it with --resume {name}"
+                          " or choose another --name")
+    return cfg.model_copy(update={"name": name}), run_dir
+
+
+def resumed_config(name: str, overrides: dict[str, Any], spec_path: str | None) -> LaunchConfig:
+    """The config a run started with (its launch.yaml), with the caller's overrides on top."""
+    spec = load_spec(spec_path or DEFAULT_SPEC)
+    saved = Path(plan(spec, JobRequest()).storage_path) / name / LAUNCH_FILE
+    if not saved.exists():
+        raise ConfigError(f"--resume {name}: no run at {saved.parent}")
+    base = load_launch_config(saved)
+    return merge(base, overrides)
+
+
+def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
+    data = base.model_dump()
+    data["train"].update(overrides.pop("train", {}))
+    data.update(overrides)
+    return LaunchConfig.model_validate(data)
+
+
+def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any]:
+    user_config = {**cfg.train.model_dump(), "run_dir": str(run_dir)}
+    return {"train": cfg.train.model_dump(), "sink": sink, "log_dir": str(run_dir / "logs"),
+            "entry": cfg.entry, "user_config": user_config}
+
+
+def _trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any):
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from orchestrator.worker import train_worker
+
+    return TorchTrainer(
+        train_worker,
+        train_loop_config=_worker_config(cfg, run_dir, sink),
+        torch_config=TorchConfig(backend=the_plan.backend),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,
+            resources_per_worker=the_plan.resources_per_worker,
+            placement_strategy=the_plan.placement_strategy,
+        ),
+        run_config=ray.train.RunConfig(
+            name=run_dir.name, storage_path=str(run_dir.parent),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
+            worker_runtime_env={"env_vars": the_plan.env},
+        ),
+    )
+
+
+def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[dict[str, float]]]:
+    from orchestrator.progress import LiveRows, progress_bar
+    from orchestrator.sink import MetricsSink
+
+    sink = MetricsSink.remote()
+    trainer = _trainer(cfg, the_plan, run_dir, sink)
+    if cfg.quiet:
+        with LiveRows(sink) as live:
+            result = trainer.fit()
+    else:
+        bar, update = progress_bar(cfg.train.epochs)
+        with bar, LiveRows(sink, update) as live:
+            result = trainer.fit()
+    return result, live.rows
+
+
+def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
+    """Run one training job to the end and return where its results are."""
+    from orchestrator.local_ray import ray_session
+
+    spec = cluster_spec(cfg)
+    the_plan = plan(spec, job_request(cfg))
+    check_config(cfg.train)
+    if cfg.entry:
+        check_entry(cfg.entry)
+    address = cfg.address or spec.address
+    if address is None and spec.num_nodes > 1:
+        raise ConfigError(f"the cluster spec describes {spec.num_nodes} nodes but no Ray address is given:"
+                          " pass --address or set address: in the spec")
+    cfg, run_dir = prepare_run(cfg, spec, the_plan, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_launch_config(cfg, run_dir / LAUNCH_FILE)
+    started = time.perf_counter()
+    with ray_session(spec, address, cfg.dashboard):
+        result, new_rows = _fit(cfg, the_plan, run_dir)
+    rows = read_rows(run_dir) + new_rows  # a resumed run appends to what it wrote before
+    if rows:
+        write_rows(rows, run_dir)
+        plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")
+    last_val = next((r for r in reversed(rows) if r.get("val_acc") is not None), {})
+    checkpoint = Path(result.checkpoint.path) if result.checkpoint else None
+    return RunResult(cfg.name or "", run_dir, last_val, checkpoint, rows, time.perf_counter() - started)

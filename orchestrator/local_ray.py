@@ -1,0 +1,51 @@
+"""Join a Ray cluster, or start an embedded one on this machine: bound to 127.0.0.1, token auth left as Ray
+sets it (on for local clusters in 2.60), dashboard off unless asked for."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+
+import ray
+
+from cluster.plan import group_resource
+from cluster.spec import ClusterSpec, NodeGroup
+
+log = logging.getLogger(__name__)
+
+
+def head_group(spec: ClusterSpec) -> NodeGroup:
+    return next((g for g in spec.node_groups if g.role == "head"), spec.node_groups[0])
+
+
+def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
+    head = head_group(spec)
+    started = time.perf_counter()
+    ray.init(
+        num_cpus=head.cpus,
+        num_gpus=head.gpus.count,
+        resources={group_resource(head.name): 1000.0},
+        include_dashboard=dashboard,
+        dashboard_host="127.0.0.1",
+        _node_ip_address="127.0.0.1",
+        log_to_driver=True,
+    )
+    log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False) -> Iterator[None]:
+    """Ray for the length of a launch. A Ray this process already holds is reused and left running."""
+    if ray.is_initialized():
+        yield
+        return
+    if address is None:
+        start_local(spec, dashboard)
+    else:
+        ray.init(address=address, log_to_driver=True)
+    try:
+        yield
+    finally:
+        ray.shutdown()

@@ -1,0 +1,63 @@
+"""A live rich progress bar fed by the MetricsSink: epoch, step, loss and samples/s."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import ray
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class LiveRows:
+    """Polls the sink from a thread; keeps every row seen so the driver never loses one."""
+
+    def __init__(self, sink: ray.actor.ActorHandle, on_rows: Callable[[list[dict]], None] | None = None,
+                 every_s: float = 0.5) -> None:
+        self.sink = sink
+        self.rows: list[dict[str, float]] = []
+        self.on_rows = on_rows
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _poll(self) -> None:
+        new = ray.get(self.sink.since.remote(len(self.rows)))
+        if new:
+            self.rows.extend(new)
+            if self.on_rows:
+                self.on_rows(self.rows)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self._poll()
+            except Exception:  # the sink may die with the cluster; the final poll reports it
+                return
+
+    def __enter__(self) -> LiveRows:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._poll()  # the last rows pushed before the workers finished
+
+
+def progress_bar(epochs: int) -> tuple[Progress, Callable[[list[dict]], None]]:
+    progress = Progress(
+        TextColumn("[bold]epoch {task.completed:.2f}/{task.total:.0f}"), BarColumn(),
+        TextColumn("step {task.fields[step]}  loss {task.fields[loss]}  {task.fields[speed]}"),
+        TimeElapsedColumn(),
+    )
+    task = progress.add_task("train", total=epochs, step=0, loss="-", speed="")
+
+    def update(rows: list[dict]) -> None:
+        last = rows[-1]
+        loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
+        speed = next((r["samples_per_s"] for r in reversed(rows) if r.get("samples_per_s")), None)
+        progress.update(task, completed=last.get("epoch", 0), step=int(last.get("step", 0)),
+                        loss=f"{loss:.4f}" if loss is not None else "-",
+                        speed=f"{speed:,.0f} samples/s" if speed else "")
+    return progress, update

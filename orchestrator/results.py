@@ -1,0 +1,49 @@
+"""A run's readable results: metrics.parquet (one row per report) and loss.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+METRICS_FILE = "metrics.parquet"
+LOSS_PLOT = "loss.png"
+
+
+def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / METRICS_FILE
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
+    path = run_dir / METRICS_FILE
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(path)
+    return path
+
+
+def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and r.get("val_loss") is None]
+    val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if train:
+        ax.plot(*zip(*train, strict=True), label="train loss (rank 0)")
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", label="validation loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = run_dir / LOSS_PLOT
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
