@@ -19,7 +19,8 @@ _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no "yes" -> True or "8" -> 8 coercion; a YAML value must already have the field's type.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class GPUs(_Strict):

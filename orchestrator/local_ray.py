@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator
 
@@ -20,8 +21,20 @@ def head_group(spec: ClusterSpec) -> NodeGroup:
     return next((g for g in spec.node_groups if g.role == "head"), spec.node_groups[0])
 
 
+def bind_to_loopback() -> None:
+    """Make Ray use 127.0.0.1 as this node's address (it swaps 127.0.0.1 for the LAN address otherwise).
+
+    Ray does this itself on macOS/Windows, keyed on RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER; the env var reaches
+    processes Ray starts, and the constant covers a driver that had already imported Ray."""
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
     head = head_group(spec)
+    bind_to_loopback()
     started = time.perf_counter()
     ray.init(
         num_cpus=head.cpus,

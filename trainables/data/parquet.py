@@ -8,13 +8,16 @@ Columns:
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from PIL import Image
 from torch.utils.data import Dataset, Subset
-from torchvision.io import ImageReadMode, decode_image
 
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
@@ -31,8 +34,10 @@ class ParquetImages(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raw = torch.frombuffer(bytearray(self.images[i].as_py()), dtype=torch.uint8)
-        return decode_image(raw, ImageReadMode.UNCHANGED).float() / 255.0, self.labels[i]
+        with Image.open(io.BytesIO(self.images[i].as_py())) as img:
+            pixels = torch.from_numpy(np.array(img, dtype=np.uint8))  # (H, W) or (H, W, C)
+        pixels = pixels.unsqueeze(0) if pixels.ndim == 2 else pixels.permute(2, 0, 1)
+        return pixels.float() / 255.0, self.labels[i]
 
 
 class ParquetTokens(Dataset):

@@ -1,0 +1,39 @@
+"""Shared fixtures. One embedded Ray per test session (starting one costs seconds); every launch reuses it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    import ray
+
+    from cluster.spec import load_spec
+    from orchestrator.launch import DEFAULT_SPEC
+    from orchestrator.local_ray import start_local
+
+    start_local(load_spec(DEFAULT_SPEC))
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run in a fresh folder, so runs/ lands in it."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)

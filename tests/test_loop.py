@@ -1,0 +1,95 @@
+"""The shared loop, in one process with no Ray: accumulation, precision, resume, models and datasets."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from helpers import final_weights, max_abs_diff
+from PIL import Image
+
+from trainables.config import TrainConfig
+from trainables.data.digits import digits_tensors
+from trainables.local import train_locally
+
+FAST = {"model": "digits-cnn", "batch_size": 32, "log_every": 5}
+
+
+def test_grad_accumulation_equals_the_bigger_batch(tmp_path):
+    # SGD: weights move linearly with the gradient, so only float summation order can differ. (Adam divides
+    # by sqrt(v) and blows 1e-9 differences in near-zero gradients up to ~lr.)
+    sgd = {**FAST, "optimizer": "sgd", "lr": 0.05, "max_steps": 6}
+    _, big = train_locally(TrainConfig(**{**sgd, "batch_size": 32}), tmp_path / "big")
+    _, acc = train_locally(TrainConfig(**{**sgd, "batch_size": 16}, grad_accum=2), tmp_path / "acc")
+    assert max_abs_diff(final_weights(big.checkpoints[-1]), final_weights(acc.checkpoints[-1])) < 1e-5
+
+
+def test_resume_mid_epoch_gives_identical_weights(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=2, checkpoint_every=10)
+    _, whole = train_locally(cfg, tmp_path / "whole")
+    first = whole.checkpoints[0]  # step 10 of 44 in epoch 0
+    assert torch.load(first / "state.pt", weights_only=True)["position"] == {
+        "epoch": 0, "batch_in_epoch": 10, "step": 10}
+    _, resumed = train_locally(cfg, tmp_path / "resumed", resume=first)
+    assert max_abs_diff(final_weights(whole.checkpoints[-1]), final_weights(resumed.checkpoints[-1])) == 0.0
+
+
+def test_stop_after_epochs_then_resume(tmp_path):
+    cfg = TrainConfig(**FAST, epochs=3)
+    _, whole = train_locally(cfg, tmp_path / "whole")
+    part_metrics, part = train_locally(cfg.model_copy(update={"stop_after_epochs": 1}), tmp_path / "part")
+    assert part_metrics["epoch"] == 1
+    _, rest = train_locally(cfg, tmp_path / "rest", resume=part.checkpoints[-1])
+    assert max_abs_diff(final_weights(whole.checkpoints[-1]), final_weights(rest.checkpoints[-1])) == 0.0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_learns(precision):
+    metrics, reporter = train_locally(TrainConfig(**FAST, epochs=2, precision=precision))
+    assert metrics["val_acc"] > 0.8
+    assert all(math.isfinite(r["loss"]) for r in reporter.rows if "loss" in r)
+
+
+def test_gpt_char_learns_stdlib_text():
+    cfg = TrainConfig(model="gpt-char", seq_len=64, batch_size=16, max_steps=40, log_every=10, lr=3e-3)
+    metrics, reporter = train_locally(cfg)
+    first = reporter.rows[0]["loss"]
+    assert first < math.log(256) + 0.5  # starts near uniform over bytes
+    assert metrics["val_loss"] < first - 0.6  # and learns real structure within 40 steps
+    assert reporter.rows[0]["tokens_per_s"] == pytest.approx(reporter.rows[0]["samples_per_s"] * 64)
+
+
+def test_resnet18_on_fake_images_runs():
+    cfg = TrainConfig(model="resnet18", image_size=32, fake_samples=64, batch_size=8, max_steps=2, log_every=1)
+    metrics, reporter = train_locally(cfg)
+    assert len(reporter.rows) == 3 and math.isfinite(metrics["val_loss"])
+
+
+def _digits_parquet(path):
+    images, labels = digits_tensors()
+    encoded = []
+    for img in images:
+        buf = io.BytesIO()
+        Image.fromarray((img[0] * 255).round().byte().numpy(), mode="L").save(buf, format="PNG")
+        encoded.append(buf.getvalue())
+    pq.write_table(pa.table({"image": encoded, "label": labels.numpy()}), path)
+
+
+def test_parquet_images_train(tmp_path):
+    _digits_parquet(tmp_path / "digits.parquet")
+    cfg = TrainConfig(**FAST, dataset="parquet", data_path=str(tmp_path / "digits.parquet"), epochs=3)
+    metrics, _ = train_locally(cfg)
+    assert metrics["val_acc"] > 0.9
+
+
+def test_parquet_tokens_train(tmp_path):
+    rows = torch.arange(0, 65 * 200).remainder(7).view(200, 65)  # a periodic sequence: learnable exactly
+    pq.write_table(pa.table({"tokens": rows.tolist()}), tmp_path / "tok.parquet")
+    cfg = TrainConfig(model="gpt-char", dataset="parquet", data_path=str(tmp_path / "tok.parquet"),
+                      batch_size=16, max_steps=30, lr=3e-3)
+    metrics, _ = train_locally(cfg)
+    assert metrics["val_acc"] > 0.9

@@ -1,0 +1,88 @@
+"""Planning decisions, pure: no Ray. Each refusal names the factors that do not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.plan import JobRequest, plan
+from cluster.spec import ClusterSpec
+from trainables.errors import ConfigError
+
+
+def spec(**overrides) -> ClusterSpec:
+    data = {
+        "name": "lab",
+        "storage": {"path": "/mnt/shared/runs", "shared": True},
+        "node_groups": [
+            {"name": "head", "role": "head", "cpus": 8, "network": {"interfaces": ["eth0"]}},
+            {"name": "gpu", "count": 2, "cpus": 64, "gpus": {"count": 8, "type": "H200"},
+             "network": {"interfaces": ["eth0"], "infiniband": ["mlx5_0", "mlx5_1"], "ib_gid_index": 3}},
+        ],
+    }
+    data.update(overrides)
+    return ClusterSpec.model_validate(data)
+
+
+def test_gpu_job_gets_nccl_env_from_the_spec():
+    p = plan(spec(), JobRequest(workers=16, gpus_per_worker=1))
+    assert p.backend == "nccl"
+    assert p.groups == ("gpu",)
+    assert p.resources_per_worker == {"CPU": 8, "GPU": 1}  # 64 CPUs shared by 8 one-GPU workers
+    assert p.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert p.env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert p.env["NCCL_IB_GID_INDEX"] == "3"
+    assert p.env["OMP_NUM_THREADS"] == "8"
+    assert "NCCL_IB_DISABLE" not in p.env
+
+
+def test_too_many_gpu_workers_names_the_factors():
+    with pytest.raises(ConfigError, match=r"workers\(17\) x \[cpus\(8\), gpus\(1\)\] does not fit.*gpu: 2 node"):
+        plan(spec(), JobRequest(workers=17, gpus_per_worker=1))
+
+
+def test_more_gpus_per_worker_than_a_node_has():
+    with pytest.raises(ConfigError, match=r"gpus_per_worker=16 but no node has that many GPUs \(head: 0, gpu: 8\)"):
+        plan(spec(), JobRequest(workers=1, gpus_per_worker=16))
+
+
+def test_cpu_job_shares_cpus_and_uses_gloo():
+    local = spec(storage={"path": "runs"}, node_groups=[{"name": "local", "role": "head", "cpus": 2}])
+    p = plan(local, JobRequest(workers=2))
+    assert (p.backend, p.cpus_per_worker, p.placement_strategy) == ("gloo", 1, "PACK")
+    assert p.storage_path.endswith("/runs") and p.storage_path.startswith("/")
+    assert "GLOO_SOCKET_IFNAME" not in p.env
+
+
+def test_no_infiniband_disables_nccl_ib():
+    eth_only = spec(node_groups=[{"name": "gpu", "cpus": 16, "gpus": {"count": 2}}])
+    assert plan(eth_only, JobRequest(workers=2, gpus_per_worker=1)).env["NCCL_IB_DISABLE"] == "1"
+
+
+def test_strict_spread_needs_a_node_per_worker():
+    two = spec(node_groups=[{"name": "a", "count": 2, "cpus": 4}])
+    assert plan(two, JobRequest(workers=2, placement="strict-spread")).placement_strategy == "STRICT_SPREAD"
+    with pytest.raises(ConfigError, match=r"strict-spread needs one node per worker: workers\(3\) > nodes"):
+        plan(two, JobRequest(workers=3, cpus_per_worker=1, placement="strict-spread"))
+
+
+def test_strict_pack_must_fit_one_node():
+    two = spec(node_groups=[{"name": "a", "count": 2, "cpus": 4}])
+    with pytest.raises(ConfigError, match=r"strict-pack needs all .* on one node, but at most 4 fit"):
+        plan(two, JobRequest(workers=6, cpus_per_worker=1, placement="strict-pack"))
+
+
+def test_node_group_pins_workers_with_a_custom_resource():
+    p = plan(spec(), JobRequest(workers=2, gpus_per_worker=4, node_group="gpu"))
+    assert p.resources_per_worker["node_group_gpu"] == pytest.approx(0.001)
+    with pytest.raises(ConfigError, match="no node group named 'tpu'"):
+        plan(spec(), JobRequest(node_group="tpu"))
+
+
+@pytest.mark.parametrize("job, match", [
+    ({"workers": 0}, r"workers=0: need at least 1"),
+    ({"gpus_per_worker": -1}, r"gpus_per_worker=-1"),
+    ({"placement": "scatter"}, r"placement='scatter': choose one of"),
+])
+def test_bad_job_requests(job, match):
+    with pytest.raises(ConfigError, match=match):
+        JobRequest(**job)
