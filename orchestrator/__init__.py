@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.launch import RunResult
+    from orchestrator.launcher import RunResult
 
 __all__ = ["launch"]
 

@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from cluster.yamlio import validation_message
 from orchestrator.config import LaunchConfig, load_launch_config
-from orchestrator.launch import RunResult, merge, resumed_config
-from orchestrator.launch import launch as launch_config
+from orchestrator.launcher import RunResult, merge, resumed_config
+from orchestrator.launcher import launch as launch_config
 from trainables.config import TrainConfig
 from trainables.errors import ConfigError
 

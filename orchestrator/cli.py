@@ -51,7 +51,7 @@ def _config_from(args: argparse.Namespace) -> LaunchConfig:
 def cmd_launch(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from orchestrator.launch import launch
+    from orchestrator.launcher import launch
 
     result = launch(_config_from(args), resume=args.resume is not None)
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss", "loss"))
@@ -72,7 +72,7 @@ def _print_pairs(title: str, pairs: list[tuple[str, str]]) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from cluster.plan import plan
-    from orchestrator.launch import cluster_spec, job_request
+    from orchestrator.launcher import cluster_spec, job_request
 
     cfg = _config_from(args)
     _print_pairs("plan", plan(cluster_spec(cfg), job_request(cfg)).describe())

@@ -42,7 +42,7 @@ def ray_facts(address: str | None) -> list[tuple[str, str]]:
     import ray
 
     from cluster.spec import load_spec
-    from orchestrator.launch import DEFAULT_SPEC
+    from orchestrator.launcher import DEFAULT_SPEC
     from orchestrator.local_ray import ray_session
 
     facts = [("ray", ray.__version__)]

@@ -19,7 +19,8 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
 def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
     path = run_dir / METRICS_FILE
     tmp = path.with_suffix(".tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # from_pylist reads only row 0's keys
+    pq.write_table(pa.table({key: [row.get(key) for row in rows] for key in columns}), tmp)
     tmp.replace(path)
     return path
 

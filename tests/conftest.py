@@ -12,13 +12,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
+# Ray workers are new processes: they find the project and tests/helpers.py through PYTHONPATH, not pytest's
+# sys.path. Set before Ray starts so its workers inherit it.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO), str(REPO / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
 
 @pytest.fixture(scope="session")
 def ray_local():
     import ray
 
     from cluster.spec import load_spec
-    from orchestrator.launch import DEFAULT_SPEC
+    from orchestrator.launcher import DEFAULT_SPEC
     from orchestrator.local_ray import start_local
 
     start_local(load_spec(DEFAULT_SPEC))
@@ -34,6 +39,5 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+                          cwd=cwd, timeout=timeout)
