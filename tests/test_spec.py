@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import DATA, REPO, run_cli
 
 from cluster.spec import load_spec
 from cluster.yamlio import parse_yaml_text
-from conftest import DATA, REPO, run_cli
 from trainables.errors import ConfigError
 
 BAD = DATA / "bad_cluster"

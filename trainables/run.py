@@ -21,8 +21,8 @@ from trainables.checkpoint import set_rng_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
 from trainables.data import DATASETS, build_datasets
-from trainables.errors import ConfigError
 from trainables.data.samplers import ResumableSampler, ShardSampler
+from trainables.errors import ConfigError
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, model_entry
 from trainables.parallel import unwrap

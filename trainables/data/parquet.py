@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
