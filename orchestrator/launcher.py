@@ -84,7 +84,7 @@ def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any
             "entry": cfg.entry, "user_config": user_config}
 
 
-def _trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any):
+def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None):
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -104,6 +104,7 @@ def _trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any):
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
             worker_runtime_env={"env_vars": the_plan.env},
+            callbacks=callbacks,
         ),
     )
 
@@ -113,7 +114,7 @@ def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[di
     from orchestrator.sink import MetricsSink
 
     sink = MetricsSink.remote()
-    trainer = _trainer(cfg, the_plan, run_dir, sink)
+    trainer = make_trainer(cfg, the_plan, run_dir, sink)
     if cfg.quiet:
         with LiveRows(sink) as live:
             result = trainer.fit()
@@ -124,10 +125,8 @@ def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[di
     return result, live.rows
 
 
-def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
-    """Run one training job to the end and return where its results are."""
-    from orchestrator.local_ray import ray_session
-
+def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
+    """Spec, plan and Ray address for a launch, after every check that needs no cluster."""
     spec = cluster_spec(cfg)
     the_plan = plan(spec, job_request(cfg))
     check_config(cfg.train)
@@ -137,6 +136,14 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     if address is None and spec.num_nodes > 1:
         raise ConfigError(f"the cluster spec describes {spec.num_nodes} nodes but no Ray address is given:"
                           " pass --address or set address: in the spec")
+    return spec, the_plan, address
+
+
+def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
+    """Run one training job to the end and return where its results are."""
+    from orchestrator.local_ray import ray_session
+
+    spec, the_plan, address = checked_plan(cfg)
     cfg, run_dir = prepare_run(cfg, spec, the_plan, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_launch_config(cfg, run_dir / LAUNCH_FILE)

@@ -1,0 +1,54 @@
+"""`orchestrator sweep`: validate the sweep YAML, then run it on the embedded local Ray or --address."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from cluster.yamlio import read_yaml, validate_doc
+from orchestrator.sweep.config import SweepConfig
+from trainables.errors import ConfigError
+
+SWEEPS_DIR = "sweeps"
+SWEEP_FILE = "sweep.yaml"
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    return validate_doc(SweepConfig, read_yaml(path))
+
+
+def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Path]:
+    name = resume or cfg.name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = (Path.cwd() / SWEEPS_DIR / name).resolve()
+    exists = (folder / SWEEP_FILE).exists()
+    if resume and not exists:
+        raise ConfigError(f"--resume {name}: no sweep at {folder}")
+    if not resume and exists:
+        raise ConfigError(f"sweep {name!r} already exists at {folder}: continue it with --resume {name}")
+    return cfg.model_copy(update={"name": name}), folder
+
+
+def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None):
+    """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
+    from orchestrator.launcher import checked_plan, cluster_spec
+    from orchestrator.local_ray import ray_session
+    from orchestrator.sweep.results import write_results
+    from orchestrator.sweep.runner import run_sweep
+
+    if resume:
+        cfg = load_sweep_config(Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE)
+    elif config is None:
+        raise ConfigError("sweep needs --config FILE (or --resume NAME)")
+    else:
+        cfg = config if isinstance(config, SweepConfig) else load_sweep_config(config)
+    _, _, address = checked_plan(cfg.base)  # refuse a base launch that could never run, before any trial
+    cfg, folder = sweep_folder(cfg, resume)
+    if not resume:
+        folder.mkdir(parents=True)
+        (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    with ray_session(cluster_spec(cfg.base), address):
+        result = run_sweep(cfg, folder, resume=resume is not None)
+        write_results(cfg, result.results, result.best_config, folder)
+    return result

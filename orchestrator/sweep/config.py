@@ -1,0 +1,90 @@
+"""SweepConfig: the base launch, a search space over launch/train settings, the objective, the search
+algorithm and the scheduler. Validated like every other config; `orchestrator sweep --schema` exports it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.config import RUN_NAME, LaunchConfig
+from trainables.config import TrainConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Uniform(_Strict):
+    type: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Uniform:
+        if not self.low < self.high:
+            raise ValueError(f"low({self.low}) must be < high({self.high})")
+        return self
+
+
+class LogUniform(Uniform):
+    type: Literal["loguniform"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _positive(self) -> LogUniform:
+        if self.low <= 0:
+            raise ValueError(f"loguniform needs low > 0, got {self.low}")
+        return self
+
+
+class RandInt(_Strict):
+    type: Literal["randint"]
+    low: int
+    high: int = Field(description="exclusive, as in Python's range")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RandInt:
+        if not self.low < self.high:
+            raise ValueError(f"low({self.low}) must be < high({self.high})")
+        return self
+
+
+class Choice(_Strict):
+    type: Literal["choice", "grid"]  # grid: every value is run (times num_samples)
+    values: list[Any] = Field(min_length=1)
+
+
+Param = Annotated[Uniform | LogUniform | RandInt | Choice, Field(discriminator="type")]
+
+
+class Scheduler(_Strict):
+    type: Literal["fifo", "asha", "pbt"] = "fifo"
+    grace_period: int = Field(1, ge=1, description="ASHA: reports before a trial may be stopped")
+    reduction_factor: float = Field(2.0, gt=1)
+    perturbation_interval: int = Field(1, ge=1, description="PBT: reports between exploit/explore")
+
+
+class SweepConfig(_Strict):
+    name: str | None = Field(None, description="sweep folder under sweeps/; default: sweep-<time>")
+    base: LaunchConfig = Field(default_factory=LaunchConfig)
+    space: dict[str, Param] = Field(min_length=1, description="setting name -> distribution")
+    metric: str = "val_acc"
+    mode: Literal["max", "min"] = "max"
+    num_samples: int = Field(8, ge=1)
+    search: Literal["random", "optuna"] = "random"
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    time_budget_s: float | None = Field(None, gt=0)
+    max_concurrent_trials: int | None = Field(None, ge=1, description="default: as many as the cluster fits")
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        settable = (set(TrainConfig.model_fields) | set(LaunchConfig.model_fields)) - {"train", "name", "quiet"}
+        for key in self.space:
+            if key not in settable:
+                raise ValueError(f"space key {key!r} is not a launch or train setting")
+        grids = [k for k, p in self.space.items() if isinstance(p, Choice) and p.type == "grid"]
+        if grids and self.search == "optuna":
+            raise ValueError(f"grid parameters {grids} cannot be searched by optuna: use search: random")
+        if self.name is not None and not RUN_NAME.match(self.name):
+            raise ValueError(f"{self.name!r} is not a sweep name: letters, digits, '.', '_' or '-'")
+        return self

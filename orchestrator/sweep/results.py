@@ -1,0 +1,68 @@
+"""A sweep's readable results: trials.parquet (one row per trial per report, with its hyperparameters),
+best.yaml (a launch config for `orchestrator launch --config`) and sweep.png (metric vs. step, best so far)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.config import LaunchConfig, write_launch_config
+from orchestrator.sweep.config import SweepConfig
+
+TRIALS_FILE = "trials.parquet"
+BEST_FILE = "best.yaml"
+PLOT_FILE = "sweep.png"
+
+
+def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
+    frames = []
+    for result in results:
+        frame = result.metrics_dataframe
+        if frame is None or frame.empty:
+            continue
+        frame = frame.copy()
+        trial_id = result.path.rstrip("/").split("/")[-1] if result.path else "?"
+        frame["trial"] = trial_id
+        for key in cfg.space:
+            frame[f"param_{key}"] = result.config.get(key)
+        iterations = int(frame["training_iteration"].max())
+        # ASHA/PBT stop a trial by not letting it run all its epochs; an error is not an early stop.
+        frame["stopped_early"] = result.error is None and iterations < cfg.base.train.epochs
+        frame["error"] = str(result.error) if result.error else None
+        frames.append(frame)
+    keep = ["trial", "training_iteration", "step", "epoch", "loss", "val_loss", "val_acc", "samples_per_s",
+            "time_total_s", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keep)
+    return table[[c for c in keep if c in table.columns]]
+
+
+def write_results(cfg: SweepConfig, results: Any, best: LaunchConfig, sweep_dir: Path) -> pd.DataFrame:
+    table = trial_rows(cfg, results)
+    table.to_parquet(sweep_dir / TRIALS_FILE, index=False)
+    write_launch_config(best, sweep_dir / BEST_FILE)
+    plot_sweep(cfg, table, sweep_dir / PLOT_FILE)
+    return table
+
+
+def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (per_trial, so_far) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    for trial, rows in table.groupby("trial"):
+        per_trial.plot(rows["step"], rows[cfg.metric], "o-", ms=3, label=str(trial)[-5:])
+    per_trial.set(xlabel="optimizer step", ylabel=cfg.metric, title="every trial")
+    ordered = table.sort_values("time_total_s") if "time_total_s" in table else table
+    values = ordered[cfg.metric]
+    best = values.cummax() if cfg.mode == "max" else values.cummin()
+    so_far.plot(range(len(best)), best, "-")
+    so_far.set(xlabel="reports received", ylabel=f"best {cfg.metric}", title="best so far")
+    for ax in (per_trial, so_far):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,140 @@
+"""Run a sweep: each Tune trial is a small driver that builds and fits a TorchTrainer of the shared loop
+(Ray 2.60's Train V2 pattern; `Tuner(trainer)` is gone). The trial driver holds no CPU, so a trial's gang is
+exactly its workers, and max_concurrent_trials is how many gangs fit the cluster at once."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+from orchestrator.api import split_overrides
+from orchestrator.config import LaunchConfig
+from orchestrator.launcher import checked_plan, make_trainer, merge
+from orchestrator.sweep.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
+from trainables.errors import ConfigError
+
+log = logging.getLogger(__name__)
+BASE_KEY = "__base__"  # the trial's base launch, carried in the param space (not searched)
+TRIALS_KEY = "__trials_dir__"  # where trials keep their Ray Train runs
+
+
+def tune_space(cfg: SweepConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, p in cfg.space.items():
+        if isinstance(p, LogUniform):
+            out[key] = tune.loguniform(p.low, p.high)
+        elif isinstance(p, Uniform):
+            out[key] = tune.uniform(p.low, p.high)
+        elif isinstance(p, RandInt):
+            out[key] = tune.randint(p.low, p.high)
+        elif isinstance(p, Choice):
+            out[key] = tune.grid_search(p.values) if p.type == "grid" else tune.choice(p.values)
+    return out
+
+
+def trial_config(config: dict[str, Any]) -> LaunchConfig:
+    """A trial's launch: the base with this trial's sampled values on top."""
+    base = LaunchConfig.model_validate(config[BASE_KEY])
+    sampled = {k: v for k, v in config.items() if k not in (BASE_KEY, TRIALS_KEY)}
+    return merge(base, split_overrides(sampled))
+
+
+def trial_driver(config: dict[str, Any]) -> None:
+    """One Tune trial = one full Ray Train run; metrics reach Tune through TuneReportCallback."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    cfg = trial_config(config)
+    _, the_plan, _ = checked_plan(cfg)
+    trial_dir = Path(config[TRIALS_KEY]) / tune.get_context().get_trial_id()
+    make_trainer(cfg, the_plan, trial_dir, sink=None, callbacks=[TuneReportCallback()]).fit()
+
+
+def concurrent_trials(cfg: SweepConfig, resources: dict[str, float]) -> int:
+    """How many trial gangs fit the live cluster at once (at least 1)."""
+    _, the_plan, _ = checked_plan(cfg.base)
+    fits = []
+    for key, per_worker in the_plan.resources_per_worker.items():
+        gang = per_worker * the_plan.workers
+        fits.append(math.floor(resources.get(key, 0.0) / gang + 1e-9))
+    limit = max(1, min(fits))
+    return min(limit, cfg.max_concurrent_trials or limit)
+
+
+def search_algorithm(cfg: SweepConfig):
+    if cfg.search == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(metric=cfg.metric, mode=cfg.mode, seed=cfg.base.train.seed)
+    return None  # Tune's random/grid variant generator
+
+
+def scheduler(cfg: SweepConfig):
+    s = cfg.scheduler
+    if s.type == "asha":
+        return tune.schedulers.ASHAScheduler(time_attr="training_iteration", max_t=cfg.base.train.epochs,
+                                             grace_period=s.grace_period, reduction_factor=s.reduction_factor)
+    if s.type == "pbt":
+        return tune.schedulers.PopulationBasedTraining(
+            time_attr="training_iteration", perturbation_interval=s.perturbation_interval,
+            hyperparam_mutations=tune_space(cfg.model_copy(update={
+                "space": {k: v for k, v in cfg.space.items() if not (isinstance(v, Choice) and v.type == "grid")}
+            })),
+        )
+    return tune.schedulers.FIFOScheduler()
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    name: str
+    path: Path
+    best_config: LaunchConfig
+    best_metric: float
+    seconds: float
+    results: Any  # ray.tune.ResultGrid
+
+
+def make_tuner(cfg: SweepConfig, sweep_dir: Path, resume: bool) -> tune.Tuner:
+    # Tune refuses an all-zero request; 1 MiB of `memory` (a resource every node has) with 0 CPU keeps the
+    # trial driver from taking a CPU its own workers need, which would deadlock a 2-CPU machine.
+    trainable = tune.with_resources(trial_driver, {"cpu": 0, "memory": 2**20})
+    if resume:
+        return tune.Tuner.restore(str(sweep_dir), trainable=trainable, resume_unfinished=True,
+                                  resume_errored=True)
+    concurrency = concurrent_trials(cfg, ray.cluster_resources())
+    log.info("running up to %d trial(s) at once", concurrency)
+    base = cfg.base.model_copy(update={"quiet": True})
+    return tune.Tuner(
+        trainable,
+        param_space={**tune_space(cfg), BASE_KEY: base.model_dump(mode="json"),
+                     TRIALS_KEY: str(sweep_dir / "trials")},
+        tune_config=tune.TuneConfig(
+            metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples, search_alg=search_algorithm(cfg),
+            scheduler=scheduler(cfg), max_concurrent_trials=concurrency, time_budget_s=cfg.time_budget_s,
+        ),
+        run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0),
+    )
+
+
+def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
+    try:
+        best = results.get_best_result(metric=cfg.metric, mode=cfg.mode, scope="all")
+    except RuntimeError as exc:
+        raise ConfigError(f"no trial reported {cfg.metric!r}: {exc}") from None
+    values = [r.get(cfg.metric) for r in best.metrics_dataframe.to_dict("records")]
+    best_value = (max if cfg.mode == "max" else min)(v for v in values if v is not None)
+    launch = trial_config(best.config).model_copy(update={"name": None, "quiet": False})
+    return launch, float(best_value)
+
+
+def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False) -> SweepResult:
+    started = time.perf_counter()
+    results = make_tuner(cfg, sweep_dir, resume).fit()
+    best, value = best_of(cfg, results)
+    return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results)
