@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orchestrator.launcher import RunResult
 
-__all__ = ["launch"]
+__all__ = ["launch", "sweep"]
 
 
 def launch(config: str | None = None, resume: str | None = None, **settings: Any) -> RunResult:
@@ -15,3 +15,10 @@ def launch(config: str | None = None, resume: str | None = None, **settings: Any
     from orchestrator.api import launch as _launch
 
     return _launch(config, resume, **settings)
+
+
+def sweep(config: Any = None, resume: str | None = None, quiet: bool = False) -> Any:
+    """See orchestrator.sweeps.api.sweep: run or resume a sweep, return its SweepResult."""
+    from orchestrator.sweeps.api import sweep as _sweep
+
+    return _sweep(config, resume, quiet)

@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _launch_flags(sub.add_parser("launch", help="train one model on Ray Train (embedded local Ray by default)"))
     _launch_flags(sub.add_parser("plan", help="print the plan a launch would use, start nothing"))
+    sweep = sub.add_parser("sweep", help="hyperparameter sweep: Ray Tune over full Ray Train runs")
+    sweep.add_argument("--config", help="a sweep YAML (see --schema)")
+    sweep.add_argument("--resume", metavar="NAME", help="continue sweep NAME; finished trials are kept")
+    sweep.add_argument("--schema", action="store_true", help="print the sweep YAML's JSON Schema and exit")
+    sweep.add_argument("--quiet", action="store_true", help="no live trial table")
     doctor = sub.add_parser("doctor", help="torch/CUDA/NCCL/Ray versions, devices, cluster resources")
     doctor.add_argument("--address")
     doctor.add_argument("--no-ray", action="store_true", help="skip starting/joining Ray")
@@ -57,6 +62,25 @@ def cmd_launch(args: argparse.Namespace) -> int:
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss", "loss"))
     Console(stderr=True).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s: {metrics}\n"
                                f"  results: {result.path}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import json
+
+    from orchestrator.sweeps.config import SweepConfig
+
+    if args.schema:
+        print(json.dumps(SweepConfig.model_json_schema(), indent=2))
+        return 0
+    from rich.console import Console
+
+    from orchestrator.sweeps.api import sweep
+
+    result = sweep(args.config, resume=args.resume, quiet=args.quiet)
+    Console(stderr=True).print(
+        f"[bold green]sweep {result.name}[/] done in {result.seconds:.1f} s: best {result.best_metric:.4g}\n"
+        f"  results: {result.path}\n  launch the best: orchestrator launch --config {result.path / 'best.yaml'}")
     return 0
 
 
@@ -98,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.doctor import doctor
 
             return doctor(args.address, with_ray=not args.no_ray)
-        return {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster}[args.command](args)
+        commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep}
+        return commands[args.command](args)
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -84,7 +84,8 @@ def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any
             "entry": cfg.entry, "user_config": user_config}
 
 
-def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None):
+def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None,
+                 extra: dict[str, Any] | None = None):
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -92,7 +93,7 @@ def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, ca
 
     return TorchTrainer(
         train_worker,
-        train_loop_config=_worker_config(cfg, run_dir, sink),
+        train_loop_config={**_worker_config(cfg, run_dir, sink), **(extra or {})},
         torch_config=TorchConfig(backend=the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
             num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,

@@ -62,6 +62,10 @@ def latest_state() -> dict[str, Any] | None:
 def train_worker(config: dict[str, Any]) -> None:
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config.get("log_dir"))
+    if config.get("pg_registry") and ctx.is_main:  # inside a sweep trial: let the sweep reap our group
+        from orchestrator.sweeps.reaper import register_current_group
+
+        register_current_group(config["pg_registry"], config["trial_id"])
     if config.get("entry"):
         resolve_entry(config["entry"])(config["user_config"])
         return

@@ -17,12 +17,15 @@ from ray import tune
 from orchestrator.api import split_overrides
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher import checked_plan, make_trainer, merge
-from orchestrator.sweep.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
+from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
+from orchestrator.sweeps.live import LiveTrialTable
+from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
 from trainables.errors import ConfigError
 
 log = logging.getLogger(__name__)
 BASE_KEY = "__base__"  # the trial's base launch, carried in the param space (not searched)
 TRIALS_KEY = "__trials_dir__"  # where trials keep their Ray Train runs
+REGISTRY_KEY = "__pg_registry__"  # the named actor trials register their placement groups with
 
 
 def tune_space(cfg: SweepConfig) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def tune_space(cfg: SweepConfig) -> dict[str, Any]:
 def trial_config(config: dict[str, Any]) -> LaunchConfig:
     """A trial's launch: the base with this trial's sampled values on top."""
     base = LaunchConfig.model_validate(config[BASE_KEY])
-    sampled = {k: v for k, v in config.items() if k not in (BASE_KEY, TRIALS_KEY)}
+    sampled = {k: v for k, v in config.items() if k not in (BASE_KEY, TRIALS_KEY, REGISTRY_KEY)}
     return merge(base, split_overrides(sampled))
 
 
@@ -52,8 +55,10 @@ def trial_driver(config: dict[str, Any]) -> None:
 
     cfg = trial_config(config)
     _, the_plan, _ = checked_plan(cfg)
-    trial_dir = Path(config[TRIALS_KEY]) / tune.get_context().get_trial_id()
-    make_trainer(cfg, the_plan, trial_dir, sink=None, callbacks=[TuneReportCallback()]).fit()
+    trial_id = tune.get_context().get_trial_id()
+    extra = {"pg_registry": config[REGISTRY_KEY], "trial_id": trial_id}
+    make_trainer(cfg, the_plan, Path(config[TRIALS_KEY]) / trial_id, sink=None,
+                 callbacks=[TuneReportCallback()], extra=extra).fit()
 
 
 def concurrent_trials(cfg: SweepConfig, resources: dict[str, float]) -> int:
@@ -72,7 +77,10 @@ def search_algorithm(cfg: SweepConfig):
         from ray.tune.search.optuna import OptunaSearch
 
         return OptunaSearch(metric=cfg.metric, mode=cfg.mode, seed=cfg.base.train.seed)
-    return None  # Tune's random/grid variant generator
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    # Random and grid search, seeded so a sweep samples the same trials every time it runs.
+    return BasicVariantGenerator(random_state=cfg.base.train.seed)
 
 
 def scheduler(cfg: SweepConfig):
@@ -100,7 +108,16 @@ class SweepResult:
     results: Any  # ray.tune.ResultGrid
 
 
-def make_tuner(cfg: SweepConfig, sweep_dir: Path, resume: bool) -> tune.Tuner:
+def callbacks(cfg: SweepConfig, sweep_dir: Path, quiet: bool) -> list[tune.Callback]:
+    reap: list[tune.Callback] = [ReapPlacementGroups(registry_name(sweep_dir))]
+    return reap if quiet else [*reap, LiveTrialTable(cfg.metric, cfg.mode, cfg.base.train.epochs)]
+
+
+def registry_name(sweep_dir: Path) -> str:
+    return f"orchestrator-pg-registry-{sweep_dir.name}"
+
+
+def make_tuner(cfg: SweepConfig, sweep_dir: Path, resume: bool, quiet: bool = False) -> tune.Tuner:
     # Tune refuses an all-zero request; 1 MiB of `memory` (a resource every node has) with 0 CPU keeps the
     # trial driver from taking a CPU its own workers need, which would deadlock a 2-CPU machine.
     trainable = tune.with_resources(trial_driver, {"cpu": 0, "memory": 2**20})
@@ -113,12 +130,13 @@ def make_tuner(cfg: SweepConfig, sweep_dir: Path, resume: bool) -> tune.Tuner:
     return tune.Tuner(
         trainable,
         param_space={**tune_space(cfg), BASE_KEY: base.model_dump(mode="json"),
-                     TRIALS_KEY: str(sweep_dir / "trials")},
+                     TRIALS_KEY: str(sweep_dir / "trials"), REGISTRY_KEY: registry_name(sweep_dir)},
         tune_config=tune.TuneConfig(
             metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples, search_alg=search_algorithm(cfg),
             scheduler=scheduler(cfg), max_concurrent_trials=concurrency, time_budget_s=cfg.time_budget_s,
         ),
-        run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0),
+        run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0,
+                                  callbacks=callbacks(cfg, sweep_dir, quiet)),
     )
 
 
@@ -133,8 +151,11 @@ def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
     return launch, float(best_value)
 
 
-def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False) -> SweepResult:
+def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, quiet: bool = False) -> SweepResult:
     started = time.perf_counter()
-    results = make_tuner(cfg, sweep_dir, resume).fit()
+    # Named, owned by this driver: it lives exactly as long as the sweep does.
+    registry = PlacementGroupRegistry.options(name=registry_name(sweep_dir)).remote()
+    ray.get(registry.pop.remote())  # wait until it is up before any trial looks it up
+    results = make_tuner(cfg, sweep_dir, resume, quiet).fit()
     best, value = best_of(cfg, results)
     return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results)

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from cluster.yamlio import read_yaml, validate_doc
-from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweeps.config import SweepConfig
 from trainables.errors import ConfigError
 
 SWEEPS_DIR = "sweeps"
@@ -30,12 +30,12 @@ def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Pat
     return cfg.model_copy(update={"name": name}), folder
 
 
-def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None):
+def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None, quiet: bool = False):
     """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
     from orchestrator.launcher import checked_plan, cluster_spec
     from orchestrator.local_ray import ray_session
-    from orchestrator.sweep.results import write_results
-    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.sweeps.results import write_results
+    from orchestrator.sweeps.runner import run_sweep
 
     if resume:
         cfg = load_sweep_config(Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE)
@@ -49,6 +49,6 @@ def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = N
         folder.mkdir(parents=True)
         (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     with ray_session(cluster_spec(cfg.base), address):
-        result = run_sweep(cfg, folder, resume=resume is not None)
+        result = run_sweep(cfg, folder, resume=resume is not None, quiet=quiet)
         write_results(cfg, result.results, result.best_config, folder)
     return result

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config import LaunchConfig, write_launch_config
-from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweeps.config import SweepConfig
 
 TRIALS_FILE = "trials.parquet"
 BEST_FILE = "best.yaml"
@@ -23,8 +23,7 @@ def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
         if frame is None or frame.empty:
             continue
         frame = frame.copy()
-        trial_id = result.path.rstrip("/").split("/")[-1] if result.path else "?"
-        frame["trial"] = trial_id
+        frame["trial"] = frame["trial_id"] if "trial_id" in frame else result.path.rstrip("/").split("/")[-1]
         for key in cfg.space:
             frame[f"param_{key}"] = result.config.get(key)
         iterations = int(frame["training_iteration"].max())

@@ -1,0 +1,105 @@
+"""Sweeps on real Ray: ASHA over 2-worker trials on 2 CPUs, no leaked placement groups, resume after the
+driver is killed. Config errors are one line, exit 2, before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import DATA, run_cli
+
+import orchestrator
+
+ASHA = DATA / "sweeps" / "asha_digits.yaml"
+
+
+@pytest.mark.parametrize("change, text", [
+    ({"space": {"lrr": {"type": "uniform", "low": 0, "high": 1}}}, "space key 'lrr' is not a launch or train setting"),
+    ({"space": {"lr": {"type": "loguniform", "low": 0, "high": 1}}}, "loguniform needs low > 0"),
+    ({"space": {"lr": {"type": "uniform", "low": 2, "high": 1}}}, "low(2.0) must be < high(1.0)"),
+    ({"space": {"lr": {"type": "normal"}}}, "space.lr: Input tag 'normal' found using 'type' does not match"),
+    ({"scheduler": {"type": "hyperband"}}, "scheduler.type: Input should be 'fifo', 'asha' or 'pbt'"),
+    ({"num_samples": 0}, "num_samples: Input should be greater than or equal to 1"),
+    ({"base": {"workers": 9}}, "workers(9) x [cpus(1), gpus(0)] does not fit"),
+    ({"search": "optuna", "space": {"batch_size": {"type": "grid", "values": [16, 32]}}}, "cannot be searched by optuna"),
+])
+def test_bad_sweep_config_is_one_line_exit_2(tmp_path, change, text):
+    cfg = {**yaml.safe_load(ASHA.read_text()), **change}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    proc = run_cli("sweep", "--config", "s.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_schema_is_json_schema():
+    proc = run_cli("sweep", "--schema")
+    schema = json.loads(proc.stdout)
+    assert schema["title"] == "SweepConfig" and "space" in schema["properties"]
+
+
+def test_asha_sweep_stops_trials_leaks_nothing_and_best_launches(ray_local, in_tmp):
+    result = orchestrator.sweep(ASHA, quiet=True)
+    trials = pd.read_parquet(result.path / "trials.parquet")
+    assert trials["trial"].nunique() == 8
+    assert trials["error"].isna().all()
+    per_trial = trials.groupby("trial")["training_iteration"].max()
+    assert (per_trial < 3).sum() >= 1 and (per_trial == 3).sum() >= 1  # ASHA stopped some, not all
+    assert set(trials.loc[trials["stopped_early"], "trial"]) == set(per_trial[per_trial < 3].index)
+    assert {"param_lr", "param_batch_size", "val_acc", "step"} <= set(trials.columns)
+    assert result.best_metric == pytest.approx(trials["val_acc"].max())
+    assert (result.path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+    states = [pg["state"] for pg in ray_local.util.placement_group_table().values()]
+    assert states and all(state == "REMOVED" for state in states), states
+
+    best = yaml.safe_load((result.path / "best.yaml").read_text())
+    assert best["train"]["lr"] == pytest.approx(result.best_config.train.lr)
+    run = orchestrator.launch(config=str(result.path / "best.yaml"), name="best", quiet=True)
+    assert run.metrics["val_acc"] >= 0.90
+
+
+def _finished_trials(sweep_dir: Path) -> set[str]:
+    done = set()
+    for result_file in sweep_dir.glob("trial_driver_*/result.json"):
+        lines = result_file.read_text().splitlines()
+        if lines and json.loads(lines[-1]).get("training_iteration") == 2:
+            done.add(result_file.parent.name)
+    return done
+
+
+def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+    cfg = {**yaml.safe_load(ASHA.read_text()), "name": "killed", "num_samples": 3, "scheduler": {"type": "fifo"},
+           "base": {"workers": 2, "train": {"model": "digits-cnn", "epochs": 2}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    sweep_dir = tmp_path / "sweeps" / "killed"
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--config", "s.yaml", "--quiet"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 400
+    while not _finished_trials(sweep_dir) and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(1)
+    finished = _finished_trials(sweep_dir)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started, mid-sweep
+    driver.wait()
+    assert finished, "no trial finished before the deadline"
+    assert not (sweep_dir / "trials.parquet").exists()
+    before = {name: (sweep_dir / name / "result.json").read_text() for name in finished}
+
+    proc = run_cli("sweep", "--resume", "killed", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = pd.read_parquet(sweep_dir / "trials.parquet")
+    assert trials["trial"].nunique() == 3
+    assert (trials.groupby("trial")["training_iteration"].max() == 2).all()
+    assert (trials.groupby("trial").size() == 2).all()  # one row per epoch: nothing ran twice
+    for name, text in before.items():
+        assert (sweep_dir / name / "result.json").read_text() == text  # finished trials were not rerun
