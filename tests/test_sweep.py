@@ -29,7 +29,8 @@ ASHA = DATA / "sweeps" / "asha_digits.yaml"
     ({"scheduler": {"type": "hyperband"}}, "scheduler.type: Input should be 'fifo', 'asha' or 'pbt'"),
     ({"num_samples": 0}, "num_samples: Input should be greater than or equal to 1"),
     ({"base": {"workers": 9}}, "workers(9) x [cpus(1), gpus(0)] does not fit"),
-    ({"search": "optuna", "space": {"batch_size": {"type": "grid", "values": [16, 32]}}}, "cannot be searched by optuna"),
+    ({"search": "optuna", "space": {"batch_size": {"type": "grid", "values": [16, 32]}}},
+     "cannot be searched by optuna"),
 ])
 def test_bad_sweep_config_is_one_line_exit_2(tmp_path, change, text):
     cfg = {**yaml.safe_load(ASHA.read_text()), **change}
