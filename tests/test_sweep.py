@@ -104,3 +104,14 @@ def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert (trials.groupby("trial").size() == 2).all()  # one row per epoch: nothing ran twice
     for name, text in before.items():
         assert (sweep_dir / name / "result.json").read_text() == text  # finished trials were not rerun
+
+
+def test_optuna_search_runs_trials(ray_local, in_tmp):
+    cfg = {**yaml.safe_load(ASHA.read_text()), "name": "optuna", "num_samples": 2, "search": "optuna",
+           "scheduler": {"type": "fifo"}, "base": {"workers": 1, "train": {"model": "digits-cnn", "epochs": 1}}}
+    from orchestrator.sweeps.config import SweepConfig
+
+    result = orchestrator.sweep(SweepConfig.model_validate(cfg), quiet=True)
+    trials = pd.read_parquet(result.path / "trials.parquet")
+    assert trials["trial"].nunique() == 2 and trials["param_lr"].nunique() == 2
+    assert trials["val_acc"].notna().all()

@@ -33,6 +33,8 @@ class TrainConfig(BaseModel):
     warmup_steps: int = Field(0, ge=0)
     grad_clip: float | None = Field(None, gt=0)
     precision: Precision = "fp32"
+    compile: bool = Field(False, description="torch.compile the model (before DDP wraps it)")
+    channels_last: bool = Field(False, description="NHWC memory format for image models (faster convs on GPU)")
     seed: int = 0
     deterministic: bool = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")

@@ -75,6 +75,13 @@ def total_steps(cfg: TrainConfig, loaders: Loaders) -> int:
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
+def to_device(x: torch.Tensor, y: torch.Tensor, ctx: DistContext,
+              cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Async copy to the worker's device (the loader pins memory on CUDA, so it overlaps compute)."""
+    fmt = torch.channels_last if cfg.channels_last and x.ndim == 4 else torch.contiguous_format
+    return x.to(ctx.device, non_blocking=True, memory_format=fmt), y.to(ctx.device, non_blocking=True)
+
+
 def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision) -> torch.Tensor:
     with amp.autocast():
         logits = model(x)  # (B, classes) or (B, T, vocab)
@@ -87,7 +94,7 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
     total = torch.zeros((), device=ctx.device)
     for micro in range(cfg.grad_accum):
         x, y = next(batches)
-        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        x, y = to_device(x, y, ctx, cfg)
         # Only the last micro-batch all-reduces: earlier ones accumulate locally (DDP no_sync).
         last = micro == cfg.grad_accum - 1
         sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
@@ -108,12 +115,12 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
 
 
 @torch.no_grad()
-def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext) -> dict[str, float]:
+def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: TrainConfig) -> dict[str, float]:
     """Loss and accuracy over the whole validation split, each sample counted once across ranks."""
     state.model.eval()
     sums = torch.zeros(3, device=ctx.device, dtype=torch.float64)  # loss sum, correct, count
     for x, y in loader:
-        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        x, y = to_device(x, y, ctx, cfg)
         with state.amp.autocast():
             logits = state.model(x)
         logits, y = logits.flatten(0, -2).float(), y.flatten()
@@ -179,10 +186,12 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     micro_per_epoch = per_epoch * cfg.grad_accum
     meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample)
     metrics: dict[str, float] = {}
+    train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints
     state.model.train()
     while pos.epoch < last_epoch and pos.step < last_step:
         loaders.sampler.set_epoch(pos.epoch, start=pos.batch_in_epoch * cfg.batch_size)
         batches = iter(loaders.train)
+        epoch_started = time.perf_counter()
         while pos.batch_in_epoch < micro_per_epoch and pos.step < last_step:
             meter.add(train_step(state, batches, cfg, ctx))
             if pos.step % cfg.log_every == 0 and ctx.is_main:
@@ -190,9 +199,11 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
                 reporter.log(metrics)
             if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
                 checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
+        train_seconds += time.perf_counter() - epoch_started
         if pos.batch_in_epoch >= micro_per_epoch:
             pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
-        metrics = {**metrics, **evaluate(state, loaders.val, ctx), "step": pos.step, "epoch": pos.epoch}
+        metrics = {**metrics, **evaluate(state, loaders.val, ctx, cfg), "step": pos.step, "epoch": pos.epoch,
+                   "train_time_s": train_seconds}
         if ctx.is_main:
             reporter.log(metrics)
         checkpoint(state, cfg, ctx, reporter, metrics)

@@ -77,7 +77,12 @@ def lr_lambda(cfg: TrainConfig, steps: int):
 
 def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any) -> TrainState:
     seed_everything(cfg.seed)  # same initial weights on every rank and every run
-    model = wrap_ddp(build_model(cfg.model, meta), ctx)
+    model = build_model(cfg.model, meta)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if cfg.compile:
+        model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
+    model = wrap_ddp(model, ctx)
     optimizer = build_optimizer(cfg, model, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
     return TrainState(model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device))
