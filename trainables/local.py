@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import torch
+
 from trainables.checkpoint import load_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext
@@ -30,9 +32,9 @@ class LocalReporter:
         self.checkpoints.append(dest)
 
 
-def train_locally(cfg: TrainConfig, folder: str | Path | None = None,
-                  resume: str | Path | None = None) -> tuple[dict[str, float], LocalReporter]:
+def train_locally(cfg: TrainConfig, folder: str | Path | None = None, resume: str | Path | None = None,
+                  device: str = "cpu") -> tuple[dict[str, float], LocalReporter]:
     reporter = LocalReporter(folder)
     saved = load_state(resume) if resume else None
-    metrics = run_training(cfg, DistContext(), reporter, saved)
+    metrics = run_training(cfg, DistContext(devices=(torch.device(device),)), reporter, saved)
     return metrics, reporter
