@@ -99,8 +99,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.launcher import cluster_spec, job_request
 
     cfg = _config_from(args)
-    _print_pairs("plan", plan(cluster_spec(cfg), job_request(cfg)).describe())
+    the_plan = plan(cluster_spec(cfg), job_request(cfg))
+    _print_pairs("plan", the_plan.describe())
+    if cfg.train.strategy == "model-parallel":
+        _print_stages(cfg, max(1, the_plan.gpus_per_worker))
     return 0
+
+
+def _print_stages(cfg: LaunchConfig, devices_per_worker: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainables.data import build_datasets
+    from trainables.models import model_entry
+    from trainables.parallel.pipeline import estimate_stages
+
+    t = cfg.train
+    _, _, meta = build_datasets(t, t.dataset or model_entry(t.model).default_dataset)
+    stages = t.stages or devices_per_worker
+    title = f"{t.model}: {stages} stages, {t.micro_batches} micro-batches of {t.batch_size // t.micro_batches}"
+    table = Table("stage", "device", "layers", "parameters", "activations (fp32)", title=title)
+    for i, est in enumerate(estimate_stages(t.model, meta, stages, t.micro_batches, t.batch_size, t.split)):
+        first, n = est.info.first_layer, est.info.layers
+        table.add_row(str(i), f"device {i % devices_per_worker}", f"{first}..{first + n - 1} ({n})",
+                      f"{est.info.parameters / 1e6:.2f}M", f"{est.activation_bytes / 2**20:,.1f} MiB")
+    Console().print(table)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

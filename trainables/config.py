@@ -33,6 +33,12 @@ class TrainConfig(BaseModel):
     warmup_steps: int = Field(0, ge=0)
     grad_clip: float | None = Field(None, gt=0)
     precision: Precision = "fp32"
+    strategy: Literal["ddp", "model-parallel", "dp"] = Field(
+        "ddp", description="ddp: a replica per worker; model-parallel: stages over the worker's devices, DDP"
+        " across workers; dp: legacy torch.nn.DataParallel inside one worker")
+    stages: int | None = Field(None, ge=1, description="model-parallel stages; default: the worker's devices")
+    micro_batches: int = Field(4, ge=1, description="model-parallel micro-batches per batch (GPipe)")
+    split: list[int] | None = Field(None, description="model-parallel: first layer index of each stage")
     compile: bool = Field(False, description="torch.compile the model (before DDP wraps it)")
     channels_last: bool = Field(False, description="NHWC memory format for image models (faster convs on GPU)")
     seed: int = 0
@@ -49,6 +55,10 @@ class TrainConfig(BaseModel):
     def _parquet_needs_path(self) -> TrainConfig:
         if self.dataset == "parquet" and not self.data_path:
             raise ValueError("dataset parquet needs data_path: the .parquet file or folder to read")
+        if self.strategy == "model-parallel" and self.micro_batches > self.batch_size:
+            raise ValueError(f"micro_batches({self.micro_batches}) > batch_size({self.batch_size})")
+        if self.split is not None and self.stages is not None and len(self.split) != self.stages:
+            raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self

@@ -84,8 +84,8 @@ def to_device(x: torch.Tensor, y: torch.Tensor, ctx: DistContext,
 
 def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision) -> torch.Tensor:
     with amp.autocast():
-        logits = model(x)  # (B, classes) or (B, T, vocab)
-    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+        logits = model(x)  # (B, classes) or (B, T, vocab), on the last pipeline stage's device
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.to(logits.device).flatten())
 
 
 def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext) -> torch.Tensor:
@@ -101,7 +101,7 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
         with sync:
             loss = loss_of(model, x, y, amp)
             amp.scaler.scale(loss / cfg.grad_accum).backward()
-        total += loss.detach()
+        total += loss.detach().to(total.device)
         state.position.batch_in_epoch += 1
     if cfg.grad_clip:
         amp.scaler.unscale_(state.optimizer)
@@ -123,10 +123,10 @@ def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: Train
         x, y = to_device(x, y, ctx, cfg)
         with state.amp.autocast():
             logits = state.model(x)
-        logits, y = logits.flatten(0, -2).float(), y.flatten()
-        sums[0] += F.cross_entropy(logits, y, reduction="sum")
-        sums[1] += (logits.argmax(-1) == y).sum()
-        sums[2] += y.numel()
+        logits, y = logits.flatten(0, -2).float(), y.to(logits.device).flatten()
+        batch = torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
+                             (logits.argmax(-1) == y).sum().double(), torch.tensor(y.numel(), device=y.device)])
+        sums += batch.to(sums.device)
     if ctx.distributed:
         dist.all_reduce(sums)
     state.model.train()

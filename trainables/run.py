@@ -25,8 +25,7 @@ from trainables.data.samplers import ResumableSampler, ShardSampler
 from trainables.errors import ConfigError
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, model_entry
-from trainables.parallel import unwrap
-from trainables.parallel.ddp import wrap_ddp
+from trainables.parallel import parallelize, unwrap
 from trainables.precision import mixed_precision
 
 log = logging.getLogger(__name__)
@@ -80,9 +79,7 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any)
     model = build_model(cfg.model, meta)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if cfg.compile:
-        model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
-    model = wrap_ddp(model, ctx)
+    model = parallelize(model, cfg, ctx)
     optimizer = build_optimizer(cfg, model, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
     return TrainState(model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device))

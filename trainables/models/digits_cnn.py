@@ -19,5 +19,8 @@ class DigitsCNN(nn.Module):
             nn.Flatten(), nn.Linear(64 * (image_size // 2) ** 2, 128), nn.ReLU(), nn.Linear(128, num_classes)
         )
 
+    def pipeline_layers(self) -> list[nn.Module]:
+        return [*self.features, *self.head]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, S, S) -> (B, classes)
         return self.head(self.features(x))

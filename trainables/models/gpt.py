@@ -1,5 +1,5 @@
 """A GPT in the manner of nanoGPT: pre-norm blocks, causal attention through SDPA (flash kernels on GPU),
-tied embeddings. `blocks` is a plain ModuleList so model-parallel code can cut it into stages."""
+tied embeddings. `pipeline_layers()` lists it as a sequence that model parallel cuts into stages."""
 
 from __future__ import annotations
 
@@ -63,16 +63,30 @@ class Embedding(nn.Module):
         return self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
 
 
+class TiedHead(nn.Module):
+    """Final norm and the output projection, which reuses the token embedding's weight (weight tying).
+
+    The weight is read from the embedding at call time and copied to this stage's device if a pipeline put
+    the two on different GPUs; autograd carries the gradient back. Owning no copy keeps one Parameter."""
+
+    def __init__(self, cfg: GPTConfig, embed: Embedding) -> None:
+        super().__init__()
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self._embed = [embed]  # a list, so the embedding is not registered (and saved) twice
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, vocab)
+        weight = self._embed[0].tok.weight
+        return F.linear(self.ln_f(x), weight.to(x.device, non_blocking=True))
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed = Embedding(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.head = TiedHead(cfg, self.embed)
         self.apply(self._init)
-        self.lm_head.weight = self.embed.tok.weight  # weight tying
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
@@ -84,8 +98,12 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def pipeline_layers(self) -> list[nn.Module]:
+        """The model as a sequence of layers, each feeding the next: what model parallel cuts into stages."""
+        return [self.embed, *self.blocks, self.head]
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, vocab)
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return self.head(x)

@@ -1,0 +1,17 @@
+"""Legacy torch.nn.DataParallel inside one worker, kept for parity with older setups: it replicates the
+model on every step from one Python thread and is slower than DDP, which is the default."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from trainables.context import DistContext
+from trainables.errors import ConfigError
+
+
+def wrap_dp(model: nn.Module, ctx: DistContext) -> nn.Module:
+    if ctx.world_size > 1:
+        raise ConfigError(f"strategy dp runs in one worker, not {ctx.world_size}: use ddp across workers")
+    model = model.to(ctx.device)
+    cuda = [d for d in ctx.devices if d.type == "cuda"]
+    return nn.DataParallel(model, device_ids=cuda) if len(cuda) > 1 else model
