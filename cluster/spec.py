@@ -99,11 +99,23 @@ class Storage(_Strict):
     shared: bool = Field(False, description="true when every node sees this path (NFS, Lustre, a bucket)")
 
 
+class Launcher(_Strict):
+    """What `orchestrator cluster render` needs beyond the hardware: how to reach the nodes."""
+
+    ssh_user: str = "ubuntu"
+    ssh_private_key: str | None = None
+    provider: dict[str, object] | None = Field(
+        None, description="a cloud provider block passed through to Ray (aws, gcp, ...); default: local (on-prem)")
+    setup_commands: list[str] = Field(default_factory=list, description="run on every node before Ray starts")
+    port: int = Field(6379, ge=1, le=65535, description="the Ray head's GCS port")
+
+
 class ClusterSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     address: str | None = Field(None, description="Ray address to join, e.g. 10.0.0.1:6379; none = start local")
     storage: Storage = Field(default_factory=Storage)
     node_groups: list[NodeGroup] = Field(min_length=1)
+    launcher: Launcher = Field(default_factory=Launcher)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSpec:

@@ -44,6 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="cluster specs").add_subparsers(dest="cluster_command", required=True)
     validate = cluster.add_parser("validate", help="check a cluster YAML and print what it describes")
     validate.add_argument("spec")
+    render = cluster.add_parser("render", help="write a Ray cluster-launcher YAML (for `ray up`) from a spec")
+    render.add_argument("spec")
+    render.add_argument("-o", "--output", help="file to write (default: stdout)")
+    up = cluster.add_parser("up", help="start the spec's nodes as real Ray nodes on this machine (127.0.0.1)")
+    up.add_argument("spec")
+    up.add_argument("--port", type=int, default=6390)
+    cluster.add_parser("down", help="stop the nodes `cluster up` started")
+    check = cluster.add_parser("check", help="compare a spec with the live cluster; all-reduce bandwidth")
+    check.add_argument("spec")
+    check.add_argument("--address", help="Ray cluster to check (default: the spec's address)")
     return parser
 
 
@@ -129,7 +139,21 @@ def _print_stages(cfg: LaunchConfig, devices_per_worker: int) -> None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from cluster.spec import load_spec
 
+    if args.cluster_command == "down":
+        from orchestrator.nodes import down
+
+        print(f"stopped the local cluster at {down()}")
+        return 0
     spec = load_spec(args.spec)
+    if args.cluster_command == "render":
+        return _render(spec, args.output)
+    if args.cluster_command == "check":
+        return _check(spec, args.address or spec.address)
+    if args.cluster_command == "up":
+        from orchestrator.nodes import up
+
+        print(f"{spec.num_nodes} Ray nodes up; join with --address {up(spec, args.port)}")
+        return 0
     rows = [("name", spec.name), ("address", spec.address or "(embedded local Ray)"),
             ("nodes", str(spec.num_nodes)), ("CPUs", str(spec.total_cpus)), ("GPUs", str(spec.total_gpus))]
     rows += [(f"group {g.name}", f"{g.count} x ({g.cpus} CPU, {g.gpus.count} GPU {g.gpus.type or ''})".rstrip())
@@ -138,7 +162,65 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(spec, address: str | None) -> int:
+    import ray
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestrator.check import check
+
+    if address is None:
+        raise ConfigError("cluster check needs a live cluster: pass --address or set address: in the spec")
+    from orchestrator.local_ray import join
+
+    join(address)
+    try:
+        findings, bandwidth = check(spec)
+    finally:
+        ray.shutdown()
+    console = Console()
+    table = Table("check", "expected", "found", "", title=f"cluster check: {spec.name} at {address}")
+    for f in findings:
+        table.add_row(f.what, f.expected, f.found, "[green]ok[/]" if f.ok else "[bold red]FAIL[/]")
+    console.print(table)
+    if bandwidth:
+        bw = Table("message", "time", "bus bandwidth", title="all-reduce across all nodes")
+        for size, seconds, bus in bandwidth:
+            bw.add_row(f"{size / 1024:,.0f} KiB", f"{seconds * 1e3:.3f} ms", f"{bus:.3f} GB/s")
+        console.print(bw)
+    failed = [f.what for f in findings if not f.ok]
+    if failed:
+        print(f"orchestrator: cluster check failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _render(spec, output: str | None) -> int:
+    from pathlib import Path
+
+    import yaml
+    from ray.autoscaler._private.util import validate_config
+
+    from cluster.launcher import render
+
+    try:
+        config = render(spec)
+    except ValueError as exc:
+        raise ConfigError(f"cluster render: {exc}") from None
+    validate_config(config)  # Ray's own schema: what `ray up` will accept
+    text = yaml.safe_dump(config, sort_keys=False)
+    if output:
+        tmp = Path(output).with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(output)
+    else:
+        print(text, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from orchestrator.local_ray import present_token
+
+    present_token()  # before anything imports ray
     args = build_parser().parse_args(argv)
     try:
         if args.command == "doctor":

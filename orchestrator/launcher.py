@@ -85,13 +85,13 @@ def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any
 
 
 def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None,
-                 extra: dict[str, Any] | None = None):
+                 extra: dict[str, Any] | None = None, trainer_cls: type | None = None):
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from orchestrator.worker import train_worker
 
-    return TorchTrainer(
+    return (trainer_cls or TorchTrainer)(
         train_worker,
         train_loop_config={**_worker_config(cfg, run_dir, sink), **(extra or {})},
         torch_config=TorchConfig(backend=the_plan.backend),

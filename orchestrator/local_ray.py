@@ -9,12 +9,21 @@ import os
 import time
 from collections.abc import Iterator
 
-import ray
-
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec, NodeGroup
 
 log = logging.getLogger(__name__)
+
+
+def present_token() -> None:
+    """Ray reads RAY_AUTH_MODE when it is imported: with a token on this machine, a driver joining a cluster
+    must say `token` or it connects with none and is refused. Call before the first `import ray`."""
+    if os.path.exists(os.path.expanduser("~/.ray/auth_token")) or os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+present_token()
+import ray  # noqa: E402  (after present_token, on purpose)
 
 
 def head_group(spec: ClusterSpec) -> NodeGroup:
@@ -48,6 +57,13 @@ def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
     log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
 
 
+def join(address: str) -> None:
+    """Connect this driver to a running cluster (token: see present_token)."""
+    if address.split(":")[0] in ("127.0.0.1", "localhost"):
+        bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too
+    ray.init(address=address, log_to_driver=True)
+
+
 @contextlib.contextmanager
 def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False) -> Iterator[None]:
     """Ray for the length of a launch. A Ray this process already holds is reused and left running."""
@@ -57,7 +73,7 @@ def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False)
     if address is None:
         start_local(spec, dashboard)
     else:
-        ray.init(address=address, log_to_driver=True)
+        join(address)
     try:
         yield
     finally:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import ray
 import ray.train
 import ray.train.torch
 
@@ -62,6 +63,8 @@ def latest_state() -> dict[str, Any] | None:
 def train_worker(config: dict[str, Any]) -> None:
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config.get("log_dir"))
+    log.info("rank %d of %d on node %s, devices %s", ctx.rank, ctx.world_size,
+             ray.get_runtime_context().get_node_id(), [str(d) for d in ctx.devices])
     if config.get("pg_registry") and ctx.is_main:  # inside a sweep trial: let the sweep reap our group
         from orchestrator.sweeps.reaper import register_current_group
 

@@ -12,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
+# Ray reads RAY_AUTH_MODE at import: present the local token to the `cluster up` clusters tests join.
+if os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+
 # Ray workers are new processes: they find the project and tests/helpers.py through PYTHONPATH, not pytest's
 # sys.path. Set before Ray starts so its workers inherit it.
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -39,5 +43,6 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal; keep rows on one line
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+                          cwd=cwd, timeout=timeout, env=env)

@@ -70,12 +70,16 @@ def test_asha_sweep_stops_trials_leaks_nothing_and_best_launches(ray_local, in_t
 
 
 def _finished_trials(sweep_dir: Path) -> set[str]:
+    """Trials that Tune's saved experiment state records as TERMINATED: only what Tune has recorded as
+    finished can be kept by a resume (a trial that ended after the last state save runs again)."""
     done = set()
-    for result_file in sweep_dir.glob("trial_driver_*/result.json"):
-        lines = result_file.read_text().splitlines()
-        if lines and json.loads(lines[-1]).get("training_iteration") == 2:
-            done.add(result_file.parent.name)
-    return done
+    for state_file in sweep_dir.glob("experiment_state-*.json"):
+        try:
+            trials = [json.loads(entry[0]) for entry in json.loads(state_file.read_text())["trial_data"]]
+        except (json.JSONDecodeError, KeyError):
+            continue  # being written
+        done |= {t["trial_id"] for t in trials if t.get("status") == "TERMINATED"}
+    return {d.name for d in sweep_dir.glob("trial_driver_*") if any(t in d.name for t in done)}
 
 
 def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):

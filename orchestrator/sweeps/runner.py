@@ -19,7 +19,7 @@ from orchestrator.config import LaunchConfig
 from orchestrator.launcher import checked_plan, make_trainer, merge
 from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
 from orchestrator.sweeps.live import LiveTrialTable
-from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
+from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups, trial_trainer_class
 from trainables.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ def trial_driver(config: dict[str, Any]) -> None:
     _, the_plan, _ = checked_plan(cfg)
     trial_id = tune.get_context().get_trial_id()
     extra = {"pg_registry": config[REGISTRY_KEY], "trial_id": trial_id}
-    make_trainer(cfg, the_plan, Path(config[TRIALS_KEY]) / trial_id, sink=None,
-                 callbacks=[TuneReportCallback()], extra=extra).fit()
+    make_trainer(cfg, the_plan, Path(config[TRIALS_KEY]) / trial_id, sink=None, callbacks=[TuneReportCallback()],
+                 extra=extra, trainer_cls=trial_trainer_class()).fit()
 
 
 def concurrent_trials(cfg: SweepConfig, resources: dict[str, float]) -> int:
