@@ -186,7 +186,7 @@ def _check(spec, address: str | None) -> int:
     if bandwidth:
         bw = Table("message", "time", "bus bandwidth", title="all-reduce across all nodes")
         for size, seconds, bus in bandwidth:
-            bw.add_row(f"{size / 1024:,.0f} KiB", f"{seconds * 1e3:.3f} ms", f"{bus:.3f} GB/s")
+            bw.add_row(f"{size / 1024:,.0f} KiB", f"{seconds * 1e3:.3f} ms", f"{bus * 1e3:,.2f} MB/s")
         console.print(bw)
     failed = [f.what for f in findings if not f.ok]
     if failed:

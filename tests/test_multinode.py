@@ -62,8 +62,8 @@ def test_cluster_check_passes_and_prints_allreduce_bandwidth(two_nodes):
     proc = run_cli("cluster", "check", str(TWO_NODES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout
-    rates = re.findall(r"([\d,]+) KiB .*? ([\d.]+) GB/s", proc.stdout)
-    assert len(rates) >= 3 and all(float(bw) > 0 for _, bw in rates), proc.stdout
+    rates = re.findall(r"([\d,]+) KiB .*? ([\d,.]+) MB/s", proc.stdout)
+    assert len(rates) >= 3 and all(float(bw.replace(",", "")) > 0 for _, bw in rates), proc.stdout
 
 
 def test_cluster_check_names_a_missing_interface(two_nodes):
