@@ -11,13 +11,12 @@ schedule on CUDA, and measures what the extra micro-batching costs; real speed-u
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from step_overhead import steady_rate
+from common import steady_rate, write_result
 
 import orchestrator
 
@@ -58,9 +57,7 @@ def main() -> int:
         result["gpu"] = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     print(f"k=1: {rates[1]:,.0f} tok/s   k={args.stages} (m={args.micro_batches}): {rates[args.stages]:,.0f} tok/s"
           f"   ratio {result['k_over_k1']:.3f}")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, out)
     return 0
 
 

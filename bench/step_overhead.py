@@ -12,20 +12,15 @@ against a peak you pass). Goal: bare/ray <= 1.01.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import steady_rate, write_result
+
 from trainables.config import TrainConfig
-
-
-def steady_rate(rows: list[dict], key: str) -> float:
-    rates = [r[key] for r in rows if key in r and r.get("val_loss") is None]
-    return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
 
 def flops_per_token(cfg: TrainConfig) -> float | None:
@@ -110,9 +105,7 @@ def main() -> int:
     for k in ("mfu_bare", "mfu_ray"):
         if k in result:
             print(f"{k} = {result[k]:.3f}")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, out)
     return 0
 
 

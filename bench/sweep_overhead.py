@@ -13,7 +13,6 @@ validation, checkpoints, Tune bookkeeping. Goal: step fraction >= 0.8.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from common import write_result
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
@@ -80,9 +80,7 @@ def main() -> int:
     print(f"{'time inside steps':>22}: {result['time_in_steps_s']:.1f} s")
     print(f"{'step fraction':>22}: {result['step_fraction']:.3f}   (goal >= 0.8)")
     print(f"{'trials per minute':>22}: {result['trials_per_minute']:.2f}")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, out)
     return 0
 
 

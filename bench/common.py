@@ -1,0 +1,19 @@
+"""What every bench script shares: reading steady-state rates from a run's rows, writing results."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+
+def steady_rate(rows: list[dict], key: str) -> float:
+    """Median rate over the log windows after the first (which holds warm-up and compilation)."""
+    rates = [r[key] for r in rows if key in r and r.get("val_loss") is None]
+    return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
+def write_result(result: dict, out: Path | None) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
