@@ -22,7 +22,11 @@ STATE = Path.home() / ".orchestrator" / "local-cluster.json"
 
 def _env() -> dict[str, str]:
     # Token auth stays on: the head makes the token (~/.ray/auth_token), joining nodes must present it.
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    # An embedded Ray in this process sets Ray's single-host switch, under which `ray start` refuses to add
+    # a node; _raystart keeps loopback by itself.
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return env
 
 
 def _node_args(group: NodeGroup) -> list[str]:
