@@ -18,10 +18,6 @@ GROUP_RESOURCE_UNITS = 1000  # integer units (the schema wants ints); jobs ask 0
 ENV_FILE = "~/.orchestrator_env"  # written per node type at setup, sourced by the start command
 
 
-def head_group(spec: ClusterSpec) -> NodeGroup:
-    return next((g for g in spec.node_groups if g.role == "head"), spec.node_groups[0])
-
-
 def node_resources(group: NodeGroup) -> dict[str, int]:
     res = {"CPU": group.cpus, group_resource(group.name): GROUP_RESOURCE_UNITS}
     if group.gpus.count:
@@ -47,7 +43,7 @@ def write_env_command(group: NodeGroup) -> str:
 def _provider(spec: ClusterSpec) -> dict[str, Any]:
     if spec.launcher.provider is not None:
         return dict(spec.launcher.provider)
-    head = head_group(spec)
+    head = spec.head
     if not head.ips:
         raise ValueError(f"group {head.name!r} needs ips: the on-prem (local) provider must know the head's address")
     workers = [ip for g in spec.node_groups for ip in g.ips if g is not head]
@@ -55,7 +51,7 @@ def _provider(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def render(spec: ClusterSpec) -> dict[str, Any]:
-    head = head_group(spec)
+    head = spec.head
     port = spec.launcher.port
     node_types = {}
     for g in spec.node_groups:

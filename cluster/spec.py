@@ -134,6 +134,11 @@ class ClusterSpec(_Strict):
         return self
 
     @property
+    def head(self) -> NodeGroup:
+        """The group that holds the Ray head: the one with role head, else the first."""
+        return next((g for g in self.node_groups if g.role == "head"), self.node_groups[0])
+
+    @property
     def num_nodes(self) -> int:
         return sum(g.count for g in self.node_groups)
 

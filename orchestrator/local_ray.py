@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 from cluster.plan import group_resource
-from cluster.spec import ClusterSpec, NodeGroup
+from cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,6 @@ present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
 
 
-def head_group(spec: ClusterSpec) -> NodeGroup:
-    return next((g for g in spec.node_groups if g.role == "head"), spec.node_groups[0])
-
-
 def bind_to_loopback() -> None:
     """Make Ray use 127.0.0.1 as this node's address (it swaps 127.0.0.1 for the LAN address otherwise).
 
@@ -42,7 +38,7 @@ def bind_to_loopback() -> None:
 
 
 def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
-    head = head_group(spec)
+    head = spec.head
     bind_to_loopback()
     started = time.perf_counter()
     ray.init(

@@ -54,7 +54,7 @@ def up(spec: ClusterSpec, port: int = 6390) -> str:
     if STATE.exists():
         raise ConfigError(f"a local cluster is already up ({json.loads(STATE.read_text())['address']}):"
                           " run `orchestrator cluster down` first")
-    head = next((g for g in spec.node_groups if g.role == "head"), spec.node_groups[0])
+    head = spec.head
     _start(["--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats",
             "--temp-dir", temp_dir(port), *_node_args(head)])
     address = f"127.0.0.1:{port}"
