@@ -30,11 +30,8 @@ DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
 def measure(config: Path, quick: bool) -> dict:
     import os
 
-    import ray
-
     from orchestrator.sweeps.api import sweep
     from orchestrator.sweeps.config import SweepConfig
-    from orchestrator.sweeps.runner import concurrent_trials
 
     cfg = yaml.safe_load(config.read_text())
     if quick:  # CI-sized: 2 trials of 1 epoch
@@ -47,10 +44,8 @@ def measure(config: Path, quick: bool) -> dict:
         result = sweep(SweepConfig.model_validate(cfg), quiet=True)
         wall = time.perf_counter() - started
         trials = pd.read_parquet(result.path / "trials.parquet")
-        concurrency = concurrent_trials(SweepConfig.model_validate(cfg), ray.cluster_resources()) \
-            if ray.is_initialized() else None
     in_steps = float(trials.groupby("trial")["train_time_s"].max().sum())
-    concurrency = concurrency or 1
+    concurrency = result.concurrency
     return {
         "config": str(config.relative_to(REPO)) if config.is_relative_to(REPO) else str(config),
         "quick": quick,

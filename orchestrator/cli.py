@@ -94,23 +94,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_pairs(title: str, pairs: list[tuple[str, str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("what", "value", title=title)
-    for key, value in pairs:
-        table.add_row(key, value)
-    Console().print(table)
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from cluster.plan import plan
     from orchestrator.launcher import cluster_spec, job_request
 
     cfg = _config_from(args)
     the_plan = plan(cluster_spec(cfg), job_request(cfg))
-    _print_pairs("plan", the_plan.describe())
+    from orchestrator.doctor import print_pairs
+
+    print_pairs("plan", the_plan.describe())
     if cfg.train.strategy == "model-parallel":
         _print_stages(cfg, max(1, the_plan.gpus_per_worker))
     return 0
@@ -158,7 +150,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             ("nodes", str(spec.num_nodes)), ("CPUs", str(spec.total_cpus)), ("GPUs", str(spec.total_gpus))]
     rows += [(f"group {g.name}", f"{g.count} x ({g.cpus} CPU, {g.gpus.count} GPU {g.gpus.type or ''})".rstrip())
              for g in spec.node_groups]
-    _print_pairs(f"cluster {args.spec}", rows)
+    from orchestrator.doctor import print_pairs
+
+    print_pairs(f"cluster {args.spec}", rows)
     return 0
 
 

@@ -54,13 +54,17 @@ def ray_facts(address: str | None) -> list[tuple[str, str]]:
     return facts
 
 
-def doctor(address: str | None = None, with_ray: bool = True) -> int:
-    console = Console()
-    table = Table("what", "value", title="orchestrator doctor")
-    for key, value in torch_facts() + (ray_facts(address) if with_ray else []):
+def print_pairs(title: str, pairs: list[tuple[str, str]]) -> None:
+    """A two-column table of facts: doctor's, and the CLI's plan and cluster summaries."""
+    table = Table("what", "value", title=title)
+    for key, value in pairs:
         table.add_row(key, value)
-    console.print(table)
+    Console().print(table)
+
+
+def doctor(address: str | None = None, with_ray: bool = True) -> int:
+    print_pairs("orchestrator doctor", torch_facts() + (ray_facts(address) if with_ray else []))
     smi = nvidia_smi()
     if smi:
-        console.print(smi)
+        Console().print(smi)
     return 0

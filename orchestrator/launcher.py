@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.plan import JobRequest, Plan, plan
+from cluster.plan import JobRequest, Plan, plan, resolve_storage
 from cluster.spec import ClusterSpec, load_spec
 from orchestrator.config import LaunchConfig, load_launch_config, write_launch_config
 from orchestrator.results import plot_loss, read_rows, write_rows
@@ -64,7 +64,7 @@ def prepare_run(cfg: LaunchConfig, spec: ClusterSpec, the_plan: Plan, resume: bo
 def resumed_config(name: str, overrides: dict[str, Any], spec_path: str | None) -> LaunchConfig:
     """The config a run started with (its launch.yaml), with the caller's overrides on top."""
     spec = load_spec(spec_path or DEFAULT_SPEC)
-    saved = Path(plan(spec, JobRequest()).storage_path) / name / LAUNCH_FILE
+    saved = Path(resolve_storage(spec)) / name / LAUNCH_FILE
     if not saved.exists():
         raise ConfigError(f"--resume {name}: no run at {saved.parent}")
     base = load_launch_config(saved)

@@ -32,7 +32,7 @@ def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Pat
 
 def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None, quiet: bool = False):
     """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
-    from orchestrator.launcher import checked_plan, cluster_spec
+    from orchestrator.launcher import checked_plan
     from orchestrator.local_ray import ray_session
     from orchestrator.sweeps.results import write_results
     from orchestrator.sweeps.runner import run_sweep
@@ -43,12 +43,12 @@ def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = N
         raise ConfigError("sweep needs --config FILE (or --resume NAME)")
     else:
         cfg = config if isinstance(config, SweepConfig) else load_sweep_config(config)
-    _, _, address = checked_plan(cfg.base)  # refuse a base launch that could never run, before any trial
+    spec, the_plan, address = checked_plan(cfg.base)  # refuse a base launch that could never run, first
     cfg, folder = sweep_folder(cfg, resume)
     if not resume:
         folder.mkdir(parents=True)
         (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    with ray_session(cluster_spec(cfg.base), address):
-        result = run_sweep(cfg, folder, resume=resume is not None, quiet=quiet)
+    with ray_session(spec, address):
+        result = run_sweep(cfg, the_plan, folder, resume=resume is not None, quiet=quiet)
         write_results(cfg, result.results, result.best_config, folder)
     return result

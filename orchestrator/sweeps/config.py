@@ -15,16 +15,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Uniform(_Strict):
+class _Range(_Strict):
+    """A distribution over [low, high); subclasses give the bounds their types."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Range:
+        if not self.low < self.high:  # type: ignore[attr-defined]
+            raise ValueError(f"low({self.low}) must be < high({self.high})")  # type: ignore[attr-defined]
+        return self
+
+
+class Uniform(_Range):
     type: Literal["uniform"]
     low: float
     high: float
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Uniform:
-        if not self.low < self.high:
-            raise ValueError(f"low({self.low}) must be < high({self.high})")
-        return self
 
 
 class LogUniform(Uniform):
@@ -37,16 +41,10 @@ class LogUniform(Uniform):
         return self
 
 
-class RandInt(_Strict):
+class RandInt(_Range):
     type: Literal["randint"]
     low: int
     high: int = Field(description="exclusive, as in Python's range")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> RandInt:
-        if not self.low < self.high:
-            raise ValueError(f"low({self.low}) must be < high({self.high})")
-        return self
 
 
 class Choice(_Strict):

@@ -14,6 +14,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from cluster.plan import Plan
 from orchestrator.api import split_overrides
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher import checked_plan, make_trainer, merge
@@ -61,15 +62,14 @@ def trial_driver(config: dict[str, Any]) -> None:
                  extra=extra, trainer_cls=trial_trainer_class()).fit()
 
 
-def concurrent_trials(cfg: SweepConfig, resources: dict[str, float]) -> int:
-    """How many trial gangs fit the live cluster at once (at least 1)."""
-    _, the_plan, _ = checked_plan(cfg.base)
+def concurrent_trials(the_plan: Plan, resources: dict[str, float], cap: int | None = None) -> int:
+    """How many trial gangs fit the live cluster at once (at least 1, at most `cap`)."""
     fits = []
     for key, per_worker in the_plan.resources_per_worker.items():
         gang = per_worker * the_plan.workers
         fits.append(math.floor(resources.get(key, 0.0) / gang + 1e-9))
     limit = max(1, min(fits))
-    return min(limit, cfg.max_concurrent_trials or limit)
+    return min(limit, cap or limit)
 
 
 def search_algorithm(cfg: SweepConfig):
@@ -106,6 +106,7 @@ class SweepResult:
     best_metric: float
     seconds: float
     results: Any  # ray.tune.ResultGrid
+    concurrency: int | None  # trials at once; None when resumed (Tune keeps the first run's setting)
 
 
 def callbacks(cfg: SweepConfig, sweep_dir: Path, quiet: bool) -> list[tune.Callback]:
@@ -117,15 +118,14 @@ def registry_name(sweep_dir: Path) -> str:
     return f"orchestrator-pg-registry-{sweep_dir.name}"
 
 
-def make_tuner(cfg: SweepConfig, sweep_dir: Path, resume: bool, quiet: bool = False) -> tune.Tuner:
+def make_tuner(cfg: SweepConfig, sweep_dir: Path, concurrency: int | None, quiet: bool = False) -> tune.Tuner:
+    """A new Tuner running `concurrency` trials at once, or (concurrency None) the sweep's saved one."""
     # Tune refuses an all-zero request; 1 MiB of `memory` (a resource every node has) with 0 CPU keeps the
     # trial driver from taking a CPU its own workers need, which would deadlock a 2-CPU machine.
     trainable = tune.with_resources(trial_driver, {"cpu": 0, "memory": 2**20})
-    if resume:
+    if concurrency is None:
         return tune.Tuner.restore(str(sweep_dir), trainable=trainable, resume_unfinished=True,
                                   resume_errored=True)
-    concurrency = concurrent_trials(cfg, ray.cluster_resources())
-    log.info("running up to %d trial(s) at once", concurrency)
     base = cfg.base.model_copy(update={"quiet": True})
     return tune.Tuner(
         trainable,
@@ -151,11 +151,18 @@ def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
     return launch, float(best_value)
 
 
-def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, quiet: bool = False) -> SweepResult:
+def run_sweep(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, resume: bool = False,
+              quiet: bool = False) -> SweepResult:
+    """Run the sweep on the connected Ray; `the_plan` is the base launch's, checked by the caller."""
     started = time.perf_counter()
+    concurrency = None if resume else concurrent_trials(the_plan, ray.cluster_resources(),
+                                                        cfg.max_concurrent_trials)
+    if concurrency:
+        log.info("running up to %d trial(s) at once", concurrency)
     # Named, owned by this driver: it lives exactly as long as the sweep does.
     registry = PlacementGroupRegistry.options(name=registry_name(sweep_dir)).remote()
     ray.get(registry.pop.remote())  # wait until it is up before any trial looks it up
-    results = make_tuner(cfg, sweep_dir, resume, quiet).fit()
+    results = make_tuner(cfg, sweep_dir, concurrency, quiet).fit()
     best, value = best_of(cfg, results)
-    return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results)
+    return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results,
+                       concurrency)
