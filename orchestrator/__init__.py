@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.auth import present_token
+
+present_token()  # before the user's `import ray`, which reads it
+
 if TYPE_CHECKING:
     from orchestrator.launcher import RunResult
 

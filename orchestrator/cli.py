@@ -9,9 +9,10 @@ from typing import NoReturn
 from orchestrator.config import LaunchConfig
 from orchestrator.flags import add_model_flags, overrides_from
 from trainables.config import TrainConfig
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, RunFailed
 
 EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -212,7 +213,7 @@ def _render(spec, output: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.local_ray import present_token
+    from orchestrator.auth import present_token
 
     present_token()  # before anything imports ray
     args = build_parser().parse_args(argv)
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RunFailed as exc:
+        print(f"orchestrator: run failed: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         print("orchestrator: interrupted", file=sys.stderr)
         return 130

@@ -34,6 +34,8 @@ class LaunchConfig(BaseModel):
     entry: str | None = Field(None, description="module:function run in each worker instead of the shared loop")
     keep_checkpoints: int = Field(2, ge=1)
     max_failures: int = Field(0, ge=0, description="worker-group restarts from the latest checkpoint")
+    hang_timeout: float = Field(300.0, gt=0, description="seconds a rank may make no progress before the run"
+                                " is ended as hung (first steps and torch.compile count: raise it for them)")
     quiet: bool = False
     dashboard: bool = False
 

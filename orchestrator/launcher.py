@@ -3,6 +3,7 @@ shared loop, and write the run's results. Nothing is written before the config i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from typing import Any
 from cluster.plan import JobRequest, Plan, plan, resolve_storage
 from cluster.spec import ClusterSpec, load_spec
 from orchestrator.config import LaunchConfig, load_launch_config, write_launch_config
-from orchestrator.results import plot_loss, read_rows, write_rows
-from trainables.errors import ConfigError
+from orchestrator.results import dedupe_rows, plot_loss, read_rows, write_rows
+from trainables.errors import ConfigError, RunFailed
 from trainables.run import check_config
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
 def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any]:
     user_config = {**cfg.train.model_dump(), "run_dir": str(run_dir)}
     return {"train": cfg.train.model_dump(), "sink": sink, "log_dir": str(run_dir / "logs"),
-            "entry": cfg.entry, "user_config": user_config}
+            "run_dir": str(run_dir), "entry": cfg.entry, "user_config": user_config}
 
 
 def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None,
@@ -110,19 +111,40 @@ def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, ca
     )
 
 
+def failure_line(error: Exception, hangs: list[str], run_dir: Path) -> str:
+    """The cause of a failed fit() in one line: the watchdog's finding, else the first rank's own error."""
+    if hangs:
+        cause = hangs[-1]
+    else:
+        failures = getattr(error, "worker_failures", None) or {}
+        first = failures[min(failures)] if failures else error
+        cause = getattr(first, "cause", None) or first  # RayTaskError wraps the worker's own exception
+        rank = f"rank {min(failures)}: " if failures else ""
+        cause = f"{rank}{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
+    return f"{cause} (logs: {run_dir / 'logs'})"
+
+
 def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[dict[str, float]]]:
+    import ray
+    from ray.train import TrainingFailedError
+
     from orchestrator.progress import LiveRows, progress_bar
     from orchestrator.sink import MetricsSink
+    from orchestrator.watchdog import Watchdog
 
-    sink = MetricsSink.remote()
+    sink = MetricsSink.options(name=f"orchestrator-sink-{run_dir.name}").remote()
     trainer = make_trainer(cfg, the_plan, run_dir, sink)
-    if cfg.quiet:
-        with LiveRows(sink) as live:
-            result = trainer.fit()
-    else:
-        bar, update = progress_bar(cfg.train.epochs)
-        with bar, LiveRows(sink, update) as live:
-            result = trainer.fit()
+    bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
+    try:
+        with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
+            try:
+                result = trainer.fit()
+            except TrainingFailedError as exc:
+                raise RunFailed(failure_line(exc, watchdog.hangs, run_dir)) from exc
+    finally:
+        ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
+    for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)
+        log.warning("restarted after a hang: %s", hang)
     return result, live.rows
 
 
@@ -151,7 +173,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     started = time.perf_counter()
     with ray_session(spec, address, cfg.dashboard):
         result, new_rows = _fit(cfg, the_plan, run_dir)
-    rows = read_rows(run_dir) + new_rows  # a resumed run appends to what it wrote before
+    rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
         write_rows(rows, run_dir)
         plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")

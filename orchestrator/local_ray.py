@@ -15,12 +15,7 @@ from cluster.spec import ClusterSpec
 log = logging.getLogger(__name__)
 
 
-def present_token() -> None:
-    """Ray reads RAY_AUTH_MODE when it is imported: with a token on this machine, a driver joining a cluster
-    must say `token` or it connects with none and is refused. Call before the first `import ray`."""
-    if os.path.exists(os.path.expanduser("~/.ray/auth_token")) or os.environ.get("RAY_AUTH_TOKEN"):
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-
+from orchestrator.auth import present_token  # noqa: E402 (sits with its call, before ray)
 
 present_token()
 import ray  # noqa: E402  (after present_token, on purpose)

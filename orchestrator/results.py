@@ -16,6 +16,16 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
     return pq.read_table(path).to_pylist() if path.exists() else []
 
 
+def dedupe_rows(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """One train row and one validation row per step: a worker group restarted from a checkpoint replays the
+    steps after it, and the replay (the same numbers, the run being deterministic) replaces the first try."""
+    latest: dict[tuple[float, bool], dict[str, float]] = {}
+    for row in rows:
+        latest.pop(key := (row.get("step", 0), row.get("val_loss") is not None), None)
+        latest[key] = row
+    return sorted(latest.values(), key=lambda r: (r.get("step", 0), r.get("val_loss") is not None))
+
+
 def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
     path = run_dir / METRICS_FILE
     tmp = path.with_suffix(".tmp")

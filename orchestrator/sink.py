@@ -1,22 +1,49 @@
-"""A tiny Ray actor that carries rank 0's metric rows to the driver while training runs.
+"""A tiny Ray actor that carries rank 0's metric rows to the driver while training runs, and every rank's
+heartbeat to the driver's watchdog.
 
 Rows go out fire-and-forget (`push.remote`) so logging never blocks a training step, and the driver polls
 `since(n)` for the progress bar and writes them all to metrics.parquet at the end. It works across nodes,
-where a file in a node-local run folder would not.
+where a file in a node-local run folder would not. Hang decisions use this actor's clock for every rank.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import ray
+
+from orchestrator.watchdog import Beat, Beats, find_hang
 
 
 @ray.remote(num_cpus=0)
 class MetricsSink:
     def __init__(self) -> None:
         self.rows: list[dict[str, float]] = []
+        self.beats = Beats()
+        self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor
 
     def push(self, row: dict[str, float]) -> None:
         self.rows.append(row)
 
     def since(self, start: int) -> list[dict[str, float]]:
         return self.rows[start:]
+
+    def register(self, rank: int, worker: Any) -> None:
+        self.workers[rank] = worker
+
+    def beat(self, rank: int, pid: int, node: str, step: int, ticks: int, done: bool) -> None:
+        self.beats.add(rank, pid, node, step, ticks, done, time.monotonic())
+
+    def heartbeats(self) -> dict[int, Beat]:
+        return dict(self.beats.beats)
+
+    def end_if_hung(self, timeout: float) -> str | None:
+        """If a rank is hung, kill the worker group (fit() then fails, or restarts under --max-failures)."""
+        found = find_hang(self.beats.beats, time.monotonic(), timeout)
+        if found:
+            for worker in self.workers.values():
+                ray.kill(worker, no_restart=True)
+            self.beats.clear()
+            self.workers.clear()
+        return found

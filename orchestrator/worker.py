@@ -3,9 +3,12 @@ call the shared loop, or the user's own `--entry` function. Kept in a module, no
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -13,7 +16,8 @@ import ray.train
 import ray.train.torch
 
 from orchestrator.logs import setup_rank_logging
-from trainables.checkpoint import load_state
+from orchestrator.watchdog import Heartbeat
+from trainables.checkpoint import checkpoints_in, load_latest
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.run import run_training
@@ -22,10 +26,12 @@ log = logging.getLogger("orchestrator.worker")
 
 
 class RayReporter:
-    """Rows to the driver's MetricsSink (async); checkpoints through ray.train.report (collective)."""
+    """Rows to the driver's MetricsSink (async); checkpoints through ray.train.report (collective); progress
+    to this rank's heartbeat thread."""
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, heartbeat: Heartbeat | None = None) -> None:
         self.sink = sink
+        self.heartbeat = heartbeat
 
     def log(self, row: dict[str, float]) -> None:
         if self.sink is not None:
@@ -34,6 +40,10 @@ class RayReporter:
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
         ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
         ray.train.report(metrics, checkpoint=ckpt)
+
+    def progress(self, step: int) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.tick(step)
 
 
 def ray_context() -> DistContext:
@@ -52,19 +62,37 @@ def resolve_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
     return getattr(importlib.import_module(module), func)
 
 
-def latest_state() -> dict[str, Any] | None:
-    ckpt = ray.train.get_checkpoint()  # set when resuming a run or restarting after a failure
+def latest_state(run_dir: str | None) -> dict[str, Any] | None:
+    """The newest complete checkpoint of this run, or None for a fresh start.
+
+    Ray's latest (`get_checkpoint`, set when resuming or restarting after a failure) can be older than what
+    is on disk: the controller learns of a report only when it next polls the workers, so one written just
+    before a worker died is complete but unregistered. Newest first by name (Ray names them by time), each
+    checked against its manifest; a cut-short or corrupt one is skipped with a warning."""
+    ckpt = ray.train.get_checkpoint()
     if ckpt is None:
         return None
-    with ckpt.as_directory() as folder:
-        return load_state(folder)
+    on_disk = checkpoints_in(run_dir) if run_dir else []
+    candidates = on_disk if Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk]
+    found = load_latest(candidates)
+    if found is None:
+        raise RuntimeError(f"no complete checkpoint to resume from in {run_dir}: every one failed its manifest")
+    log.info("resuming from %s", found[0])
+    return found[1]
+
+
+def heartbeat(config: dict[str, Any], ctx: DistContext) -> contextlib.AbstractContextManager:
+    if config.get("sink") is None:
+        return contextlib.nullcontext()
+    worker = ray.get_runtime_context().current_actor
+    return Heartbeat(config["sink"], ctx.rank, ray.get_runtime_context().get_node_id(), worker)
 
 
 def train_worker(config: dict[str, Any]) -> None:
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config.get("log_dir"))
-    log.info("rank %d of %d on node %s, devices %s", ctx.rank, ctx.world_size,
-             ray.get_runtime_context().get_node_id(), [str(d) for d in ctx.devices])
+    log.info("rank %d of %d on node %s, pid %d, devices %s", ctx.rank, ctx.world_size,
+             ray.get_runtime_context().get_node_id(), os.getpid(), [str(d) for d in ctx.devices])
     if config.get("pg_registry") and ctx.is_main:  # inside a sweep trial: let the sweep reap our group
         from orchestrator.sweeps.reaper import register_current_group
 
@@ -73,4 +101,5 @@ def train_worker(config: dict[str, Any]) -> None:
         resolve_entry(config["entry"])(config["user_config"])
         return
     cfg = TrainConfig.model_validate(config["train"])
-    run_training(cfg, ctx, RayReporter(config.get("sink")), latest_state())
+    with heartbeat(config, ctx) as beat:
+        run_training(cfg, ctx, RayReporter(config.get("sink"), beat), latest_state(config.get("run_dir")))

@@ -28,3 +28,53 @@ def user_entry(config: dict) -> None:
     out = Path(config["run_dir"]) / f"entry-rank{ctx.get_world_rank()}.json"
     out.write_text(json.dumps({"rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
                                "lr": config["lr"], "omp": os.environ.get("OMP_NUM_THREADS")}))
+
+
+def save_forever(folder: str, megabytes: int) -> None:
+    """Save checkpoints checkpoint_000000, _000001, ... of `megabytes` each until killed (a save is slow
+    enough for a SIGKILL to land inside one)."""
+    from trainables.checkpoint import save_state
+
+    state = {"model": {"w": torch.randn(megabytes * 2**18)}, "position": {"step": 0}}
+    for n in range(10_000):
+        state["position"]["step"] = n
+        save_state(state, Path(folder) / f"checkpoint_{n:06d}")
+        print(n, flush=True)
+
+
+def straggler_rank(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of a 2-process gloo job of the shared loop in which rank 1 reads its data slowly (a slow
+    disk, simulated by a sleep per sample); writes rank 0's logged rows to `out`."""
+    import time
+
+    import torch.distributed as dist
+
+    import trainables.run
+    from trainables.config import TrainConfig
+    from trainables.context import DistContext
+    from trainables.data import build_datasets
+    from trainables.local import LocalReporter
+
+    class Slow(torch.utils.data.Dataset):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getitem__(self, i):
+            time.sleep(0.002)
+            return self.inner[i]
+
+    def slow_on_rank_1(cfg, name):
+        train, val, meta = build_datasets(cfg, name)
+        return (Slow(train) if rank == 1 else train), val, meta
+
+    trainables.run.build_datasets = slow_on_rank_1
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    reporter = LocalReporter()
+    cfg = TrainConfig(model="digits-cnn", max_steps=12, log_every=4)
+    trainables.run.run_training(cfg, DistContext(rank=rank, world_size=world), reporter)
+    if rank == 0:
+        Path(out).write_text(json.dumps(reporter.rows))
+    dist.destroy_process_group()

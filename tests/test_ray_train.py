@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
 
 import pandas as pd
 import pytest
 from helpers import final_weights, max_abs_diff
 
 import orchestrator
+from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
+from trainables.errors import RunFailed
 from trainables.local import train_locally
 
 DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
@@ -73,3 +80,74 @@ def test_user_entry_runs_in_every_worker(ray_local, tmp_path, monkeypatch):
     seen = [json.loads((run.path / f"entry-rank{r}.json").read_text()) for r in (0, 1)]
     assert [s["rank"] for s in seen] == [0, 1]
     assert all(s["world"] == 2 and s["lr"] == 0.123 and s["omp"] == "1" for s in seen)
+
+
+def launch_and_signal(ray, name: str, rank: int, at_step: int, sig: signal.Signals,
+                      **settings) -> tuple[Callable[[], object], int, int]:
+    """Launch in a thread; when `rank`'s heartbeat passes `at_step`, send it `sig` by pid. Returns a function
+    giving the launch's result (or raising its error), the pid signalled and the step it had reached."""
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = orchestrator.launch(**DIGITS, name=name, **settings)
+        except Exception as exc:  # handed to the test's thread below
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and thread.is_alive():
+        try:
+            beats = ray.get(ray.get_actor(f"orchestrator-sink-{name}").heartbeats.remote())
+        except ValueError:  # the sink is not up yet
+            beats = {}
+        if rank in beats and beats[rank].step >= at_step:
+            os.kill(beats[rank].pid, sig)
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"rank {rank} never reached step {at_step} while the run was alive")
+
+    def result():
+        thread.join()
+        if "error" in out:
+            raise out["error"]
+        return out["result"]
+    return result, beats[rank].pid, beats[rank].step
+
+
+def test_a_killed_worker_restarts_from_its_checkpoint_and_ends_equal(three_epochs, ray_local):
+    result, pid, step = launch_and_signal(ray_local, "killed", rank=1, at_step=20, sig=signal.SIGKILL,
+                                          epochs=3, checkpoint_every=6, max_failures=1)
+    run = result()
+    assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(run.checkpoint)) == 0.0
+    log = (run.path / "logs" / "rank-1.log").read_text()
+    assert f"pid {pid}," in log and log.count("rank 1 of 2") == 2  # the same rank, a second process
+    resumed = [int(line.rsplit("step ", 1)[1]) for line in log.splitlines() if "resumed at epoch" in line]
+    assert len(resumed) == 1 and 18 <= resumed[0] <= step + 6  # the last complete checkpoint before the kill
+    frame = pd.read_parquet(run.path / "metrics.parquet")
+    assert frame["step"].is_monotonic_increasing and frame["val_acc"].notna().sum() == 3  # replay deduped
+
+
+def test_resume_skips_a_corrupt_latest_checkpoint(three_epochs):
+    first = orchestrator.launch(**DIGITS, epochs=3, stop_after_epochs=2, name="corrupt")
+    newest, older = checkpoints_in(first.path)[:2]
+    (newest / "state.pt").write_bytes((newest / "state.pt").read_bytes()[:1000])  # a save cut short
+    rest = orchestrator.launch(resume="corrupt", stop_after_epochs=None, quiet=True)
+    assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(rest.checkpoint)) == 0.0
+    log = (rest.path / "logs" / "rank-0.log").read_text()
+    assert f"{newest.name}: state.pt has 1000 bytes" in log and f"resuming from {older}" in log
+
+
+def test_a_frozen_rank_ends_the_run_naming_it(ray_local, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result, pid, step = launch_and_signal(ray_local, "frozen", rank=1, at_step=10, sig=signal.SIGSTOP,
+                                          epochs=100, hang_timeout=3)
+    started = time.monotonic()
+    with pytest.raises(RunFailed, match=rf"^rank 1 \(pid {pid}, node \w+\) stopped responding after step \d+: "
+                                        r"no heartbeat for \d+ s \(--hang-timeout 3\)"):
+        result()
+    assert time.monotonic() - started < 60  # not Ray's 30-minute collective timeout
+    with pytest.raises(ProcessLookupError):  # the frozen process was ended, not left behind
+        os.kill(pid, signal.SIGCONT)

@@ -1,16 +1,35 @@
 """Checkpoint state: model (by stage-independent names), optimizer, LR schedule, grad scaler, position in the
-data, and every RNG the run draws from. Loaded with weights_only=True: no pickled code runs on load."""
+data, and every RNG the run draws from. Loaded with weights_only=True: no pickled code runs on load.
+
+A checkpoint folder is complete only with its manifest (each file's size and sha256), written last, and the
+folder appears under its final name in one rename: a process killed mid-save leaves a `.partial-*` folder,
+never a half-written checkpoint. A folder that fails its manifest (truncated, corrupted, copied in part) is
+skipped with a warning and the next older one is used.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 import random
+import shutil
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+log = logging.getLogger(__name__)
 STATE_FILE = "state.pt"
+MANIFEST_FILE = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that is missing, incomplete or corrupt."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -33,13 +52,92 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", state["numpy_keys"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0))
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save_state(state: dict[str, Any], folder: str | Path) -> Path:
+    """Write state.pt and its manifest into `folder` (new, or empty) atomically: all of it or nothing."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / STATE_FILE
-    torch.save(state, path)
-    return path
+    if folder.exists():
+        folder.rmdir()  # only an empty folder (a fresh mkdtemp) may be replaced
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".partial-{folder.name}-", dir=folder.parent))
+    torch.save(state, partial / STATE_FILE)
+    write_manifest(partial, [STATE_FILE])
+    os.replace(partial, folder)
+    return folder / STATE_FILE
+
+
+def write_manifest(folder: Path, names: Iterable[str]) -> None:
+    files = {}
+    for name in names:
+        _fsync(folder / name)  # the bytes are on disk before the manifest vouches for them
+        files[name] = {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+    (folder / MANIFEST_FILE).write_text(json.dumps({"files": files}, indent=1))
+    _fsync(folder / MANIFEST_FILE)
+
+
+def verify(folder: str | Path) -> str | None:
+    """None if the folder holds every file its manifest lists, with the listed size and sha256; else why not."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST_FILE
+    if not manifest.exists():
+        return f"no {MANIFEST_FILE} (the save did not finish)"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError) as exc:
+        return f"{MANIFEST_FILE} is unreadable ({exc})"
+    for name, want in files.items():
+        path = folder / name
+        if not path.exists():
+            return f"{name} is missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {want['bytes']}"
+        if _sha256(path) != want["sha256"]:
+            return f"{name} does not match its sha256 in the manifest"
+    return None
 
 
 def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    problem = verify(folder)
+    if problem:
+        raise CheckpointError(f"checkpoint {folder}: {problem}")
     return torch.load(Path(folder) / STATE_FILE, map_location=map_location, weights_only=True)
+
+
+def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
+    """The first checkpoint in `folders` (newest first) that passes its manifest; bad ones are skipped."""
+    for folder in folders:
+        try:
+            return Path(folder), load_state(folder)
+        except CheckpointError as exc:
+            log.warning("%s: skipped, trying an older checkpoint", exc)
+    return None
+
+
+def checkpoints_in(run_dir: str | Path) -> list[Path]:
+    """A run folder's checkpoint folders, newest first (their names sort by time or by number)."""
+    return sorted((p for p in Path(run_dir).glob("checkpoint_*") if p.is_dir()), reverse=True)
+
+
+def copy_checkpoint(src: str | Path, dest: str | Path) -> Path:
+    """Copy a checkpoint folder so that `dest` appears complete or not at all."""
+    dest = Path(dest)
+    partial = dest.with_name(f".partial-{dest.name}")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, partial)
+    os.replace(partial, dest)
+    return dest

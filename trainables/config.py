@@ -32,6 +32,8 @@ class TrainConfig(BaseModel):
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     grad_clip: float | None = Field(None, gt=0)
+    skip_nonfinite: bool = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
+                                 " sync per step) instead of stopping the run at the first non-finite loss")
     precision: Precision = "fp32"
     strategy: Literal["ddp", "model-parallel", "dp"] = Field(
         "ddp", description="ddp: a replica per worker; model-parallel: stages over the worker's devices, DDP"

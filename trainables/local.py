@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
-from trainables.checkpoint import load_state
+from trainables.checkpoint import copy_checkpoint, load_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.run import run_training
@@ -28,8 +27,10 @@ class LocalReporter:
         if folder is None or self.folder is None:
             return
         dest = self.folder / f"checkpoint_{len(self.checkpoints):06d}"
-        shutil.copytree(folder, dest)
-        self.checkpoints.append(dest)
+        self.checkpoints.append(copy_checkpoint(folder, dest))
+
+    def progress(self, step: int) -> None:
+        pass  # one process: no one else to tell it is alive
 
 
 def train_locally(cfg: TrainConfig, folder: str | Path | None = None, resume: str | Path | None = None,

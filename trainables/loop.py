@@ -25,6 +25,7 @@ from trainables.checkpoint import rng_state, save_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
 from trainables.data.samplers import ResumableSampler
+from trainables.health import Health
 from trainables.parallel import unwrap
 from trainables.precision import MixedPrecision
 
@@ -45,6 +46,7 @@ class TrainState:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     amp: MixedPrecision
     position: Position = field(default_factory=Position)
+    skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
     def state_dict(self, cfg: TrainConfig) -> dict[str, Any]:
         return {
@@ -88,24 +90,33 @@ def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecis
     return F.cross_entropy(logits.flatten(0, -2).float(), y.to(logits.device).flatten())
 
 
-def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext) -> torch.Tensor:
+def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext,
+               health: Health) -> torch.Tensor:
     """One optimizer step over grad_accum micro-batches. Returns the mean loss, still on the device."""
-    model, amp = state.model, state.amp
+    model, amp, clock = state.model, state.amp, health.clock
     total = torch.zeros((), device=ctx.device)
     for micro in range(cfg.grad_accum):
+        clock.data_start()
         x, y = next(batches)
         x, y = to_device(x, y, ctx, cfg)
         # Only the last micro-batch all-reduces: earlier ones accumulate locally (DDP no_sync).
         last = micro == cfg.grad_accum - 1
         sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
         with sync:
+            forward = clock.forward_start()
             loss = loss_of(model, x, y, amp)
+            clock.forward_end(forward)
             amp.scaler.scale(loss / cfg.grad_accum).backward()
         total += loss.detach().to(total.device)
         state.position.batch_in_epoch += 1
-    if cfg.grad_clip:
+    clock.steps += 1
+    if cfg.grad_clip or cfg.skip_nonfinite:
         amp.scaler.unscale_(state.optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+        # Gradients are all-reduced, so every rank sees the same norm and skips the same steps.
+        if cfg.skip_nonfinite and not torch.isfinite(norm).item():
+            state.skipped_steps += 1
+            state.optimizer.zero_grad(set_to_none=True)  # no gradients: the optimizer leaves every weight be
     amp.scaler.step(state.optimizer)
     amp.scaler.update()
     state.optimizer.zero_grad(set_to_none=True)
@@ -115,11 +126,13 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
 
 
 @torch.no_grad()
-def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: TrainConfig) -> dict[str, float]:
+def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: TrainConfig,
+             reporter: Reporter) -> dict[str, float]:
     """Loss and accuracy over the whole validation split, each sample counted once across ranks."""
     state.model.eval()
     sums = torch.zeros(3, device=ctx.device, dtype=torch.float64)  # loss sum, correct, count
     for x, y in loader:
+        reporter.progress(state.position.step)  # a long validation is progress, not a hang
         x, y = to_device(x, y, ctx, cfg)
         with state.amp.autocast():
             logits = state.model(x)
@@ -149,17 +162,20 @@ class Meter:
 
     def __init__(self, ctx: DistContext, samples_per_step: int, tokens_per_sample: int) -> None:
         self.loss = torch.zeros((), device=ctx.device)
+        self.finite = torch.zeros((), device=ctx.device)  # steps with a finite loss (--skip-nonfinite skips others)
         self.steps = 0
         self.samples_per_step = samples_per_step
         self.tokens_per_sample = tokens_per_sample
         self.since = time.perf_counter()
 
     def add(self, loss: torch.Tensor) -> None:
-        self.loss += loss
+        finite = torch.isfinite(loss)
+        self.loss += torch.where(finite, loss, 0.0)
+        self.finite += finite
         self.steps += 1
 
     def row(self, state: TrainState, micro_per_epoch: int) -> dict[str, float]:
-        loss = (self.loss / max(self.steps, 1)).item()  # the one host sync of the window
+        loss = (self.loss / self.finite).item()  # the one host sync of the window; nan if every step was skipped
         elapsed = time.perf_counter() - self.since
         pos = state.position
         row = {
@@ -172,6 +188,7 @@ class Meter:
         if self.tokens_per_sample:
             row["tokens_per_s"] = row["samples_per_s"] * self.tokens_per_sample
         self.loss.zero_()
+        self.finite.zero_()
         self.steps = 0
         self.since = time.perf_counter()
         return row
@@ -185,6 +202,7 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     last_epoch = cfg.stop_after_epochs or cfg.epochs
     micro_per_epoch = per_epoch * cfg.grad_accum
     meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample)
+    health = Health(ctx)
     metrics: dict[str, float] = {}
     train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints
     state.model.train()
@@ -193,17 +211,25 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
         batches = iter(loaders.train)
         epoch_started = time.perf_counter()
         while pos.batch_in_epoch < micro_per_epoch and pos.step < last_step:
-            meter.add(train_step(state, batches, cfg, ctx))
-            if pos.step % cfg.log_every == 0 and ctx.is_main:
-                metrics = meter.row(state, micro_per_epoch)
-                reporter.log(metrics)
+            loss = train_step(state, batches, cfg, ctx, health)
+            meter.add(loss)
+            if not cfg.skip_nonfinite:
+                health.watch_loss(loss, pos.step)
+            reporter.progress(pos.step)
+            if pos.step % cfg.log_every == 0:
+                checked = health.exchange()  # every rank: raises on a non-finite loss
+                if ctx.is_main:
+                    metrics = {**meter.row(state, micro_per_epoch), **checked, "skipped_steps": state.skipped_steps}
+                    reporter.log(metrics)
             if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
+                health.exchange()  # never checkpoint a nan
                 checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
         train_seconds += time.perf_counter() - epoch_started
+        health.exchange()
         if pos.batch_in_epoch >= micro_per_epoch:
             pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
-        metrics = {**metrics, **evaluate(state, loaders.val, ctx, cfg), "step": pos.step, "epoch": pos.epoch,
-                   "train_time_s": train_seconds}
+        metrics = {**metrics, **evaluate(state, loaders.val, ctx, cfg, reporter), "step": pos.step,
+                   "epoch": pos.epoch, "train_time_s": train_seconds}
         if ctx.is_main:
             reporter.log(metrics)
         checkpoint(state, cfg, ctx, reporter, metrics)

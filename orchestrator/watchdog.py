@@ -1,0 +1,129 @@
+"""Hang detection: every rank beats to the run's MetricsSink about once a second (pid, node, last step, and
+a counter that moves on every step or validation batch); the driver asks the sink every second whether a rank
+has stopped. The decision is a pure function of the beats, tested without Ray.
+
+A rank is hung when its counter has not moved for `hang_timeout` seconds (by the sink's clock, so node clocks
+do not matter). A rank whose beats stopped too is named first: its process is frozen or gone (SIGSTOP, a
+stuck driver call holding the GIL), and the ranks waiting for it in a collective are its victims.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+BEAT_EVERY_S = 0.5
+
+
+@dataclass
+class Beat:
+    """What the sink knows of one rank: times are the sink's own clock."""
+
+    rank: int
+    pid: int
+    node: str
+    step: int
+    ticks: int
+    seen_at: float  # last beat received
+    moved_at: float  # last time `ticks` changed
+    done: bool = False
+
+
+def find_hang(beats: dict[int, Beat], now: float, timeout: float) -> str | None:
+    """A one-line description of the hang, or None. Silent ranks (no beats) first, then the lowest step."""
+    stuck = [b for b in beats.values() if not b.done and now - b.moved_at > timeout]
+    if not stuck:
+        return None
+    silent = [b for b in stuck if now - b.seen_at > timeout]
+    if silent:
+        culprit = min(silent, key=lambda b: (b.seen_at, b.rank))
+        return (f"rank {culprit.rank} (pid {culprit.pid}, node {culprit.node[:12]}) stopped responding after step"
+                f" {culprit.step}: no heartbeat for {now - culprit.seen_at:.0f} s (--hang-timeout {timeout:g})")
+    culprit = min(stuck, key=lambda b: (b.step, b.moved_at, b.rank))
+    others = ", ".join(f"rank {b.rank} at step {b.step}" for b in sorted(beats.values(), key=lambda b: b.rank)
+                       if b.rank != culprit.rank)
+    return (f"rank {culprit.rank} (pid {culprit.pid}, node {culprit.node[:12]}) made no progress after step"
+            f" {culprit.step} for {now - culprit.moved_at:.0f} s (--hang-timeout {timeout:g})"
+            + (f"; {others}" if others else ""))
+
+
+class Beats:
+    """The sink's side: fold incoming beats into Beat records (used inside the MetricsSink actor)."""
+
+    def __init__(self) -> None:
+        self.beats: dict[int, Beat] = {}
+
+    def add(self, rank: int, pid: int, node: str, step: int, ticks: int, done: bool, now: float) -> None:
+        old = self.beats.get(rank)
+        if old is None or old.pid != pid or old.ticks != ticks:
+            self.beats[rank] = Beat(rank, pid, node, step, ticks, now, now, done)  # new process, or it moved
+        else:
+            old.seen_at, old.done = now, done
+
+    def clear(self) -> None:
+        self.beats.clear()
+
+
+class Heartbeat:
+    """The worker's side: a daemon thread that sends this rank's progress to the sink every BEAT_EVERY_S.
+    `tick` is what the training loop calls: two attribute writes, no Ray call on the training thread."""
+
+    def __init__(self, sink: Any, rank: int, node: str, worker: Any) -> None:
+        self.sink, self.rank, self.node, self.worker = sink, rank, node, worker
+        self.step = 0
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orchestrator-heartbeat", daemon=True)
+
+    def tick(self, step: int) -> None:
+        self.step = step
+        self.ticks += 1
+
+    def _send(self, done: bool = False) -> None:
+        self.sink.beat.remote(self.rank, os.getpid(), self.node, self.step, self.ticks, done)
+
+    def _run(self) -> None:
+        while not self._stop.wait(BEAT_EVERY_S):
+            self._send()
+
+    def __enter__(self) -> Heartbeat:
+        self.sink.register.remote(self.rank, self.worker)
+        self._send()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._send(done=True)
+
+
+class Watchdog:
+    """The driver's side: asks the sink once a second; the sink ends a hung worker group and says why."""
+
+    def __init__(self, sink: Any, timeout: float, every_s: float = 1.0) -> None:
+        self.sink, self.timeout, self.every_s = sink, timeout, every_s
+        self.hangs: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orchestrator-watchdog", daemon=True)
+
+    def _run(self) -> None:
+        import ray
+
+        while not self._stop.wait(self.every_s):
+            try:
+                found = ray.get(self.sink.end_if_hung.remote(self.timeout))
+            except Exception:  # the sink dies with the cluster; fit() reports that
+                return
+            if found:
+                self.hangs.append(found)
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

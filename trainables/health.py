@@ -1,0 +1,112 @@
+"""Run health the loop checks at each log point, with one small all-gather and no per-step host sync:
+a non-finite loss (the first step it happened at, on any rank) and stragglers (ranks whose own work per
+step, data wait + forward, is over `STRAGGLER_FACTOR` x the median; DDP's all-reduce makes every rank's wall
+time the slowest one's, so the rank's own share is what tells them apart)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from trainables.context import DistContext
+
+STRAGGLER_FACTOR = 1.5
+NO_BAD_STEP = -1.0
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or inf: stop rather than train (and checkpoint) garbage."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"the loss is not finite (nan/inf) at step {step}: lower --lr, set --grad-clip,"
+                         " use --precision bf16 rather than fp16, or pass --skip-nonfinite to skip such steps")
+        self.step = step
+
+    def __reduce__(self):  # rebuilt from the step, not the message, when Ray carries it to the driver
+        return (NonFiniteLoss, (self.step,))
+
+
+def stragglers(own_seconds: list[float], factor: float = STRAGGLER_FACTOR) -> list[int]:
+    """Ranks whose own time per step exceeds factor x the median over all ranks."""
+    if len(own_seconds) < 2:
+        return []
+    median = statistics.median(own_seconds)
+    return [rank for rank, t in enumerate(own_seconds) if median > 0 and t > factor * median]
+
+
+class RankClock:
+    """Times this rank's own work (data wait + forward) per step, on the host for CPU and with CUDA events
+    on GPU (read once per window, after the window's last step)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.host_s = 0.0
+        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.steps = 0
+        self._t0 = 0.0
+
+    def data_start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def forward_start(self) -> torch.cuda.Event | None:
+        """On GPU the host part ends here and a CUDA event times the forward; on CPU the host clock runs on."""
+        if not self.cuda:
+            return None
+        self.host_s += time.perf_counter() - self._t0
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def forward_end(self, started: torch.cuda.Event | None) -> None:
+        if started is None:
+            self.host_s += time.perf_counter() - self._t0
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self.events.append((started, end))
+
+    def per_step(self) -> float:
+        """Seconds of own work per step since the last call; then starts a new window."""
+        if self.events:
+            self.events[-1][1].synchronize()
+            self.host_s += sum(a.elapsed_time(b) for a, b in self.events) / 1e3
+        out = self.host_s / max(self.steps, 1)
+        self.host_s, self.events, self.steps = 0.0, [], 0
+        return out
+
+
+class Health:
+    """Per-rank health between log points: the first non-finite step (kept on the device) and own time."""
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+        self.clock = RankClock(ctx.device)
+        self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
+
+    def watch_loss(self, loss: torch.Tensor, step: int) -> None:
+        """Record `step` if the loss is not finite and none was recorded yet; no host sync."""
+        bad = ~torch.isfinite(loss.to(self.first_bad.device)) & (self.first_bad < 0)
+        self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
+
+    def exchange(self) -> dict[str, float | str]:
+        """Called by every rank at the same step: raise on a non-finite loss; straggler figures for the row."""
+        mine = torch.stack([torch.tensor(self.clock.per_step(), dtype=torch.float64, device=self.ctx.device),
+                            self.first_bad])
+        if self.ctx.distributed:
+            gathered = [torch.empty_like(mine) for _ in range(self.ctx.world_size)]
+            dist.all_gather(gathered, mine)
+            table = torch.stack(gathered).cpu()  # (world, 2): own seconds per step, first bad step
+        else:
+            table = mine.cpu().unsqueeze(0)
+        bad = [int(s) for s in table[:, 1].tolist() if s >= 0]
+        if bad:
+            raise NonFiniteLoss(min(bad))
+        own = table[:, 0].tolist()
+        slow = stragglers(own)
+        median = statistics.median(own)
+        slowest = max(range(len(own)), key=own.__getitem__)
+        return {"slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
+                "stragglers": ",".join(map(str, slow))}
