@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 
 
 def present_token() -> None:
@@ -11,3 +14,29 @@ def present_token() -> None:
     `import orchestrator` before `import ray` is enough."""
     if os.path.exists(os.path.expanduser("~/.ray/auth_token")) or os.environ.get("RAY_AUTH_TOKEN"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+# Connect with no token at all (an empty home, auth mode off): only a cluster without token auth answers.
+_PROBE = ("import sys\nfrom ray._raylet import GcsClient\n"
+          "GcsClient(address=sys.argv[1]).internal_kv_keys(b'', None, timeout=5)")
+
+
+def accepts_anonymous(address: str) -> bool:
+    """True if the Ray cluster at `address` serves a client that presents no token: its token auth is off.
+    Asked from a fresh process, since a process's auth mode is fixed when it imports Ray."""
+    with tempfile.TemporaryDirectory() as home:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_TOKEN")}
+        env.update(HOME=home, RAY_AUTH_MODE="disabled")
+        try:
+            proc = subprocess.run([sys.executable, "-c", _PROBE, address], env=env, capture_output=True,
+                                  timeout=30)
+        except subprocess.TimeoutExpired:
+            return False  # unreachable: ray.init will say so
+    return proc.returncode == 0
+
+
+def warn_if_open(address: str) -> None:
+    if accepts_anonymous(address):
+        print(f"orchestrator: warning: the Ray cluster at {address} has token authentication off: anyone who"
+              " can reach it can run code on it; restart it with RAY_AUTH_MODE=token (Ray's default since 2.60)",
+              file=sys.stderr)

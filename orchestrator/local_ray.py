@@ -49,7 +49,10 @@ def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
 
 
 def join(address: str) -> None:
-    """Connect this driver to a running cluster (token: see present_token)."""
+    """Connect this driver to a running cluster (token: see present_token); warn if it takes anyone."""
+    from orchestrator.auth import warn_if_open
+
+    warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too
     ray.init(address=address, log_to_driver=True)

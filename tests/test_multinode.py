@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from conftest import DATA, run_cli
 from helpers import final_weights, max_abs_diff
 
 from cluster.spec import load_spec
-from orchestrator.nodes import down, up
+from orchestrator.nodes import _env, _kill_tree, down, temp_dir, up
 from trainables.config import TrainConfig
 from trainables.local import train_locally
 
@@ -29,6 +31,7 @@ def test_strict_spread_puts_one_worker_on_each_node_and_matches_one_process(two_
     proc = run_cli("launch", "--cluster", str(TWO_NODES), "--workers", "2", "--placement", "strict-spread",
                    "--name", "spread", "--quiet", *steps, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "token authentication off" not in proc.stderr  # `cluster up` keeps it on
     run_dir = tmp_path / "runs" / "spread"
     nodes = [re.search(r"on node ([0-9a-f]+)", (run_dir / "logs" / f"rank-{r}.log").read_text()).group(1)
              for r in (0, 1)]
@@ -71,3 +74,23 @@ def test_cluster_check_names_a_missing_interface(two_nodes):
     assert proc.returncode == 1
     assert "net ens9f1np1" in proc.stdout and "missing" in proc.stdout
     assert "cluster check failed: worker" in proc.stderr and "ens9f1np1" in proc.stderr
+
+
+@pytest.fixture
+def open_head():
+    """A head node started with token auth off, as an old or careless cluster would be."""
+    port = 6395
+    command = [sys.executable, "-m", "orchestrator._raystart", "start", "--head", "--port", str(port),
+               "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard=false",
+               "--disable-usage-stats", "--temp-dir", temp_dir(port)]
+    subprocess.run(command, env={**_env(), "RAY_AUTH_MODE": "disabled"}, check=True, capture_output=True,
+                   timeout=180)
+    yield f"127.0.0.1:{port}"
+    _kill_tree(temp_dir(port))
+
+
+def test_joining_a_cluster_without_token_auth_warns(open_head):
+    proc = run_cli("doctor", "--address", open_head)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (f"orchestrator: warning: the Ray cluster at {open_head} has token authentication off: anyone who"
+            " can reach it can run code on it") in proc.stderr
