@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cluster.yamlio import read_yaml, validate_doc
-from trainables.config import TrainConfig
+from trainables.config import Flag, TrainConfig
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -36,8 +36,8 @@ class LaunchConfig(BaseModel):
     max_failures: int = Field(0, ge=0, description="worker-group restarts from the latest checkpoint")
     hang_timeout: float = Field(300.0, gt=0, description="seconds a rank may make no progress before the run"
                                 " is ended as hung (first steps and torch.compile count: raise it for them)")
-    quiet: bool = False
-    dashboard: bool = False
+    quiet: Flag = False
+    dashboard: Flag = False
 
     @field_validator("name")
     @classmethod

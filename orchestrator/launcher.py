@@ -15,6 +15,7 @@ from cluster.spec import ClusterSpec, load_spec
 from orchestrator.config import LaunchConfig, load_launch_config, write_launch_config
 from orchestrator.results import dedupe_rows, plot_loss, read_rows, write_rows
 from trainables.errors import ConfigError, RunFailed
+from trainables.parallel.dp import check_one_worker
 from trainables.run import check_config
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     spec = cluster_spec(cfg)
     the_plan = plan(spec, job_request(cfg))
     check_config(cfg.train)
+    if cfg.train.strategy == "dp":
+        check_one_worker(cfg.workers)
     if cfg.entry:
         check_entry(cfg.entry)
     address = cfg.address or spec.address

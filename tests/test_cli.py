@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 from conftest import run_cli
 
 
-@pytest.mark.parametrize("args, text", [
-    (["launch", "--workers", "0"], "workers: Input should be greater than or equal to 1"),
-    (["launch", "--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
-    (["launch", "--epochs", "three"], "argument --epochs: invalid int value: 'three'"),
-    (["launch", "--model", "vgg"], "model 'vgg' is unknown: choose one of"),
-    (["launch", "--dataset", "parquet"], "dataset parquet needs data_path"),
-    (["launch", "--data-path", "/nope.parquet", "--dataset", "parquet"], "data_path /nope.parquet: no such file"),
-    (["launch", "--entry", "not an entry"], "is not module:function"),
-    (["launch", "--entry", "no_such_module_x:f"], "entry 'no_such_module_x:f' cannot be loaded"),
-    (["launch", "--resume", "never-ran"], "--resume never-ran: no run at"),
-    (["launch", "--workers", "64"], "workers(64) x [cpus(1), gpus(0)] does not fit the cluster"),
-    (["launch", "--gpus-per-worker", "1"], "gpus_per_worker=1 but no node has that many GPUs"),
-    (["launch", "--config", "missing.yaml"], "missing.yaml: no such file"),
-    (["launch", "--name", "a/b"], "is not a run name"),
-    (["launch", "--stop-after-epochs", "5", "--epochs", "2"], "stop_after_epochs(5) > epochs(2)"),
-    (["launch", "--bogus"], "unrecognized arguments: --bogus"),
-])
-def test_bad_launch_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, text):
-    proc = run_cli(*args, cwd=tmp_path)
+def test_bad_launch_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    # One case end to end in a real subprocess; the whole corpus runs in test_bad_inputs.py.
+    proc = run_cli("launch", "--workers", "0", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert text in lines[0]
+    assert proc.stderr.strip() == ("orchestrator: error: settings: workers: Input should be greater than or equal"
+                                   " to 1")
     assert list(tmp_path.iterdir()) == []
 
 

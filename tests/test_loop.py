@@ -93,3 +93,20 @@ def test_parquet_tokens_train(tmp_path):
                       batch_size=16, max_steps=30, lr=3e-3)
     metrics, _ = train_locally(cfg)
     assert metrics["val_acc"] > 0.9
+
+
+def test_unwrap_sees_through_a_wrapped_compiled_model():
+    # DDP(torch.compile(model)): a compiled module's truth value calls len() on the model, which a plain
+    # nn.Module does not have; unwrap must not ask for it (it did, and --compile with 2 workers failed).
+    from torch import nn
+
+    from trainables.models.digits_cnn import DigitsCNN
+    from trainables.parallel import unwrap
+
+    class Wrapper(nn.Module):  # DDP and DataParallel keep the model in .module
+        def __init__(self, module: nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+    model = DigitsCNN(1, 10, 8)
+    assert unwrap(Wrapper(torch.compile(model))) is model

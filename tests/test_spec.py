@@ -9,25 +9,25 @@ from cluster.spec import load_spec
 from cluster.yamlio import parse_yaml_text
 from trainables.errors import ConfigError
 
-BAD = DATA / "bad_cluster"
+BAD = DATA / "bad_inputs"
 
 # file -> (line, text that must be in the message)
 EXPECTED = {
-    "unknown_key.yaml": (5, "node_groups[0].gpu: unknown key"),
-    "negative_gpus.yaml": (6, "node_groups[0].gpus.count: Input should be greater than or equal to 0"),
-    "missing_node_groups.yaml": (1, "node_groups: required field is missing"),
-    "empty_node_groups.yaml": (2, "node_groups: List should have at least 1 item"),
-    "duplicate_key.yaml": (5, "duplicate key 'cpus'"),
-    "yes_is_not_bool.yaml": (4, "storage.shared: Input should be a valid boolean"),
-    "bad_interface.yaml": (6, "'eth 0' is not an interface/HCA name"),
-    "two_heads.yaml": (1, "exactly one head node"),
-    "local_storage_multinode.yaml": (1, "node-local but the cluster has 4 nodes"),
-    "not_yaml.yaml": (3, "not valid YAML"),
+    "cluster-unknown-key.yaml": (5, "node_groups[0].gpu: unknown key"),
+    "cluster-negative-gpus.yaml": (6, "node_groups[0].gpus.count: Input should be greater than or equal to 0"),
+    "cluster-missing-node-groups.yaml": (1, "node_groups: required field is missing"),
+    "cluster-empty-node-groups.yaml": (2, "node_groups: List should have at least 1 item"),
+    "cluster-duplicate-key.yaml": (5, "duplicate key 'cpus'"),
+    "cluster-yes-is-not-bool.yaml": (4, "storage.shared: Input should be a valid boolean"),
+    "cluster-bad-interface.yaml": (6, "'eth 0' is not an interface/HCA name"),
+    "cluster-two-heads.yaml": (1, "exactly one head node"),
+    "cluster-local-storage-multinode.yaml": (1, "node-local but the cluster has 4 nodes"),
+    "cluster-not-yaml.yaml": (3, "not valid YAML"),
 }
 
 
-def test_every_bad_file_is_covered():
-    assert sorted(p.name for p in BAD.glob("*.yaml")) == sorted(EXPECTED)
+def test_every_bad_spec_is_covered():
+    assert sorted(p.name for p in BAD.glob("cluster-*.yaml")) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -41,7 +41,8 @@ def test_bad_spec_names_file_line_and_field(name):
     assert text in message
 
 
-@pytest.mark.parametrize("name", ["unknown_key.yaml", "negative_gpus.yaml", "missing_node_groups.yaml"])
+@pytest.mark.parametrize("name", ["cluster-unknown-key.yaml", "cluster-negative-gpus.yaml",
+                                  "cluster-missing-node-groups.yaml"])
 def test_cli_bad_spec_exits_2_with_one_line(name):
     proc = run_cli("cluster", "validate", str(BAD / name))
     assert proc.returncode == 2
@@ -52,7 +53,7 @@ def test_cli_bad_spec_exits_2_with_one_line(name):
 
 
 def test_launch_with_bad_spec_writes_nothing(tmp_path):
-    proc = run_cli("launch", "--cluster", str(BAD / "negative_gpus.yaml"), "--name", "x", cwd=tmp_path)
+    proc = run_cli("launch", "--cluster", str(BAD / "cluster-negative-gpus.yaml"), "--name", "x", cwd=tmp_path)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 Precision = Literal["fp32", "bf16", "fp16"]
+# true/false only: pydantic would otherwise take "yes", "on" or "1" from a YAML file as True
+Flag = Annotated[bool, Strict()]
 
 
 class TrainConfig(BaseModel):
@@ -32,7 +34,7 @@ class TrainConfig(BaseModel):
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     grad_clip: float | None = Field(None, gt=0)
-    skip_nonfinite: bool = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
+    skip_nonfinite: Flag = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
                                  " sync per step) instead of stopping the run at the first non-finite loss")
     precision: Precision = "fp32"
     strategy: Literal["ddp", "model-parallel", "dp"] = Field(
@@ -41,10 +43,10 @@ class TrainConfig(BaseModel):
     stages: int | None = Field(None, ge=1, description="model-parallel stages; default: the worker's devices")
     micro_batches: int = Field(4, ge=1, description="model-parallel micro-batches per batch (GPipe)")
     split: list[int] | None = Field(None, description="model-parallel: first layer index of each stage")
-    compile: bool = Field(False, description="torch.compile the model (before DDP wraps it)")
-    channels_last: bool = Field(False, description="NHWC memory format for image models (faster convs on GPU)")
+    compile: Flag = Field(False, description="torch.compile the model (before DDP wraps it)")
+    channels_last: Flag = Field(False, description="NHWC memory format for image models (faster convs on GPU)")
     seed: int = 0
-    deterministic: bool = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
+    deterministic: Flag = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
     log_every: int = Field(10, ge=1, description="optimizer steps between metric rows (one host sync each)")
     loader_workers: int = Field(0, ge=0, description="DataLoader worker processes per training worker")

@@ -20,11 +20,11 @@ from torch.utils.data import DataLoader
 from trainables.checkpoint import set_rng_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
-from trainables.data import DATASETS, build_datasets
+from trainables.data import DATASET_KINDS, DATASETS, build_datasets
 from trainables.data.samplers import ResumableSampler, ShardSampler
 from trainables.errors import ConfigError
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
-from trainables.models import build_model, model_entry
+from trainables.models import build_model, check_pairing, model_entry
 from trainables.parallel import parallelize, unwrap
 from trainables.precision import mixed_precision
 
@@ -117,6 +117,8 @@ def check_config(cfg: TrainConfig) -> None:
     name = cfg.dataset or entry.default_dataset
     if name not in DATASETS:
         raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
+    if name in DATASET_KINDS:
+        check_pairing(cfg.model, DATASET_KINDS[name])
     if cfg.data_path and not Path(cfg.data_path).exists():
         raise ConfigError(f"data_path {cfg.data_path}: no such file or folder")
     if cfg.precision == "fp16" and not torch.cuda.is_available():

@@ -22,6 +22,9 @@ DATASETS: dict[str, Builder] = {
     "fake-tokens": fake_tokens,
     "parquet": parquet,
 }
+# What each dataset feeds, known before any data is read (parquet's depends on its columns).
+DATASET_KINDS: dict[str, str] = {"digits": "image", "stdlib-text": "tokens", "fake-images": "image",
+                                 "fake-tokens": "tokens"}
 
 
 def build_datasets(cfg: TrainConfig, name: str) -> tuple[Dataset, Dataset, DataMeta]:
@@ -30,4 +33,4 @@ def build_datasets(cfg: TrainConfig, name: str) -> tuple[Dataset, Dataset, DataM
     return DATASETS[name](cfg)
 
 
-__all__ = ["DATASETS", "DataMeta", "build_datasets"]
+__all__ = ["DATASETS", "DATASET_KINDS", "DataMeta", "build_datasets"]

@@ -44,9 +44,13 @@ def model_entry(name: str) -> ModelEntry:
     return MODELS[name]
 
 
-def build_model(name: str, meta: DataMeta) -> nn.Module:
+def check_pairing(name: str, data_kind: str) -> ModelEntry:
     entry = model_entry(name)
-    if entry.kind != meta.kind:
-        raise ConfigError(f"model {name!r} takes {entry.kind} data but the dataset gives {meta.kind}:"
+    if entry.kind != data_kind:
+        raise ConfigError(f"model {name!r} takes {entry.kind} data but the dataset gives {data_kind}:"
                           f" pick a {entry.kind} dataset (default: {entry.default_dataset})")
-    return entry.build(meta)
+    return entry
+
+
+def build_model(name: str, meta: DataMeta) -> nn.Module:
+    return check_pairing(name, meta.kind).build(meta)

@@ -12,7 +12,11 @@ from trainables.context import DistContext
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside DDP/DataParallel/compile wrappers: its state_dict has stage-independent names."""
     while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)  # DDP/DP, torch.compile
+        # DDP/DP keep it in .module, torch.compile in ._orig_mod. No `or` between them: a compiled module's
+        # truth value calls len() on the model inside, which a plain nn.Module does not support.
+        inner = getattr(model, "module", None)
+        if inner is None:
+            inner = getattr(model, "_orig_mod", None)
         if not isinstance(inner, nn.Module):
             return model
         model = inner

@@ -9,9 +9,13 @@ from trainables.context import DistContext
 from trainables.errors import ConfigError
 
 
+def check_one_worker(workers: int) -> None:
+    if workers > 1:
+        raise ConfigError(f"strategy dp runs in one worker, not {workers}: use ddp across workers")
+
+
 def wrap_dp(model: nn.Module, ctx: DistContext) -> nn.Module:
-    if ctx.world_size > 1:
-        raise ConfigError(f"strategy dp runs in one worker, not {ctx.world_size}: use ddp across workers")
+    check_one_worker(ctx.world_size)
     model = model.to(ctx.device)
     cuda = [d for d in ctx.devices if d.type == "cuda"]
     return nn.DataParallel(model, device_ids=cuda) if len(cuda) > 1 else model
