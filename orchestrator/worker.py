@@ -102,4 +102,5 @@ def train_worker(config: dict[str, Any]) -> None:
         return
     cfg = TrainConfig.model_validate(config["train"])
     with heartbeat(config, ctx) as beat:
-        run_training(cfg, ctx, RayReporter(config.get("sink"), beat), latest_state(config.get("run_dir")))
+        run_dir = config.get("run_dir")
+        run_training(cfg, ctx, RayReporter(config.get("sink"), beat), latest_state(run_dir), run_dir)

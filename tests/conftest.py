@@ -46,3 +46,13 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
     env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal; keep rows on one line
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env=env)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests run only when asked for (ORCH_SLOW=1, or -m slow): the default suite stays CI-sized."""
+    if os.environ.get("ORCH_SLOW") == "1" or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with ORCH_SLOW=1 or -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

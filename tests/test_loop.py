@@ -110,3 +110,23 @@ def test_unwrap_sees_through_a_wrapped_compiled_model():
 
     model = DigitsCNN(1, 10, 8)
     assert unwrap(Wrapper(torch.compile(model))) is model
+
+
+def test_profile_steps_writes_a_trace_of_those_steps(tmp_path):
+    import json
+
+    train_locally(TrainConfig(**FAST, max_steps=6, profile_steps="3-4"), tmp_path)
+    trace = json.loads((tmp_path / "profile" / "trace-rank0-steps3-4.json").read_text())
+    names = {event.get("name", "") for event in trace["traceEvents"]}
+    assert any("conv2d" in name for name in names)  # the model's own ops were recorded
+    assert any(name.startswith("Optimizer.step") for name in names)
+
+
+def test_uint8_images_are_scaled_on_the_device():
+    from trainables.context import DistContext
+    from trainables.loop import to_device
+
+    x = torch.tensor([[[[0, 255], [51, 102]]]], dtype=torch.uint8)
+    scaled, _ = to_device(x, torch.tensor([1]), DistContext(), TrainConfig(channels_last=True))
+    assert scaled.dtype == torch.float32 and scaled.is_contiguous(memory_format=torch.channels_last)
+    assert scaled.flatten().tolist() == pytest.approx([0.0, 1.0, 0.2, 0.4])

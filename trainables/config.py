@@ -11,6 +11,12 @@ Precision = Literal["fp32", "bf16", "fp16"]
 Flag = Annotated[bool, Strict()]
 
 
+def step_window(text: str) -> tuple[int, int]:
+    """"N-M" (profile_steps) as (N, M)."""
+    first, last = (int(part) for part in text.split("-"))
+    return first, last
+
+
 class TrainConfig(BaseModel):
     """One training run's settings. Batch size is per worker: the global batch is batch_size x workers x
     grad_accum, as in torchrun/DDP."""
@@ -48,6 +54,8 @@ class TrainConfig(BaseModel):
     seed: int = 0
     deterministic: Flag = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
+    profile_steps: str | None = Field(None, pattern=r"^\d+-\d+$", description="N-M: trace optimizer steps N..M"
+                                      " of rank 0 with torch.profiler into <run>/profile/")
     log_every: int = Field(10, ge=1, description="optimizer steps between metric rows (one host sync each)")
     loader_workers: int = Field(0, ge=0, description="DataLoader worker processes per training worker")
     seq_len: int = Field(128, ge=2, description="tokens per sample, for text datasets")
@@ -63,6 +71,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"micro_batches({self.micro_batches}) > batch_size({self.batch_size})")
         if self.split is not None and self.stages is not None and len(self.split) != self.stages:
             raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
+        if self.profile_steps and not 1 <= step_window(self.profile_steps)[0] <= step_window(self.profile_steps)[1]:
+            raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self

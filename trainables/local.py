@@ -37,5 +37,5 @@ def train_locally(cfg: TrainConfig, folder: str | Path | None = None, resume: st
                   device: str = "cpu") -> tuple[dict[str, float], LocalReporter]:
     reporter = LocalReporter(folder)
     saved = load_state(resume) if resume else None
-    metrics = run_training(cfg, DistContext(devices=(torch.device(device),)), reporter, saved)
+    metrics = run_training(cfg, DistContext(devices=(torch.device(device),)), reporter, saved, folder)
     return metrics, reporter

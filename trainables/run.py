@@ -27,6 +27,7 @@ from trainables.loop import Loaders, Position, TrainState, total_steps, train_lo
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.parallel import parallelize, unwrap
 from trainables.precision import mixed_precision
+from trainables.profiling import StepProfiler
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def restore(state: TrainState, saved: dict[str, Any]) -> None:
 
 
 def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
-                 resume_from: dict[str, Any] | None = None) -> dict[str, float]:
+                 resume_from: dict[str, Any] | None = None, run_dir: str | Path | None = None) -> dict[str, float]:
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
@@ -108,7 +109,7 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
         seed_everything(cfg.seed + ctx.rank)  # per-rank stream for dropout and the like
     n_params = sum(p.numel() for p in unwrap(state.model).parameters())
     log.info("model %s: %.2fM parameters on %s", cfg.model, n_params / 1e6, [str(d) for d in ctx.devices])
-    return train_loop(state, loaders, cfg, ctx, reporter)
+    return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main))
 
 
 def check_config(cfg: TrainConfig) -> None:

@@ -36,7 +36,7 @@ class ParquetImages(Dataset):
         with Image.open(io.BytesIO(self.images[i].as_py())) as img:
             pixels = torch.from_numpy(np.array(img, dtype=np.uint8))  # (H, W) or (H, W, C)
         pixels = pixels.unsqueeze(0) if pixels.ndim == 2 else pixels.permute(2, 0, 1)
-        return pixels.float() / 255.0, self.labels[i]
+        return pixels, self.labels[i]  # uint8: the loop scales on the device
 
 
 class ParquetTokens(Dataset):
