@@ -8,9 +8,11 @@ log a row; a checkpoint every `checkpoint_every` steps and at the end of each ep
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,10 +91,22 @@ def to_device(x: torch.Tensor, y: torch.Tensor, ctx: DistContext,
     return x, y.to(ctx.device, non_blocking=True)
 
 
-def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision) -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every position, in fp32. Under --compile this is compiled too: fused, it never
+    writes the fp32 copy of the logits (for GPT-2 at batch 16 x 1024, 3.3 GB per step)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.to(logits.device).flatten())
+
+
+@functools.cache
+def compiled_cross_entropy() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    return torch.compile(cross_entropy, dynamic=False)  # made on first use: importing dynamo takes seconds
+
+
+def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision,
+            cfg: TrainConfig) -> torch.Tensor:
     with amp.autocast():
         logits = model(x)  # (B, classes) or (B, T, vocab), on the last pipeline stage's device
-    return F.cross_entropy(logits.flatten(0, -2).float(), y.to(logits.device).flatten())
+    return (compiled_cross_entropy() if cfg.compile else cross_entropy)(logits, y)
 
 
 def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext,
@@ -109,7 +123,7 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
         sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
         with sync:
             forward = clock.forward_start()
-            loss = loss_of(model, x, y, amp)
+            loss = loss_of(model, x, y, amp, cfg)
             clock.forward_end(forward)
             amp.scaler.scale(loss / cfg.grad_accum).backward()
         total += loss.detach().to(total.device)
