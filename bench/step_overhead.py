@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--image-size", type=int, default=64, help="side of the synthetic images")
+    parser.add_argument("--loader-workers", type=int, default=0)
     parser.add_argument("--peak-tflops", type=float, default=None, help="for MFU, e.g. 790 (H200 measured)")
     parser.add_argument("--quick", action="store_true", help="CPU, 40 steps of the digits CNN")
     parser.add_argument("--out", type=Path)
@@ -77,7 +79,8 @@ def main() -> int:
     steps = 40 if args.quick else args.steps
     cfg = TrainConfig(model=args.model, precision=args.precision, batch_size=args.batch_size, seq_len=args.seq_len,
                       max_steps=steps, epochs=1000, log_every=max(1, steps // 8), compile=args.compile,
-                      channels_last=args.channels_last, fake_samples=max(2048, steps * args.batch_size + 64))
+                      channels_last=args.channels_last, fake_samples=max(2048, steps * args.batch_size + 64),
+                      image_size=args.image_size, loader_workers=args.loader_workers)
     bare_s, bare_rows = run_bare(cfg, args.device)
     ray_s, ray_rows = run_ray(cfg, args.device)
     key = "tokens_per_s" if cfg.model.startswith("gpt") else "samples_per_s"
@@ -85,6 +88,7 @@ def main() -> int:
     result = {
         "model": cfg.model, "device": args.device, "precision": cfg.precision, "compile": cfg.compile,
         "batch_size": cfg.batch_size, "seq_len": cfg.seq_len if key == "tokens_per_s" else None, "steps": steps,
+        "image_size": cfg.image_size if key == "samples_per_s" else None, "loader_workers": cfg.loader_workers,
         f"bare_{key}": round(bare, 1), f"ray_{key}": round(ray, 1), "bare_over_ray": round(bare / ray, 4),
         "bare_wall_s": round(bare_s, 2), "ray_wall_s": round(ray_s, 2),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",

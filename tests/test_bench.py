@@ -15,6 +15,7 @@ from conftest import REPO
     ("step_overhead.py", {"bare_samples_per_s", "ray_samples_per_s", "bare_over_ray", "command"}),
     ("model_parallel.py", {"tokens_per_s_k1", "tokens_per_s_k2", "k_over_k1", "command"}),
     ("sweep_overhead.py", {"step_fraction", "trials_per_minute", "wall_s", "trials", "command"}),
+    ("input_pipeline.py", {"loader_images_per_s", "model_images_per_s_parquet", "loader_over_model", "command"}),
 ])
 def test_bench_quick_mode_writes_results(tmp_path, script, keys):
     out = tmp_path / "result.json"
