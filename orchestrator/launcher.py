@@ -86,14 +86,30 @@ def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any
             "run_dir": str(run_dir), "entry": cfg.entry, "user_config": user_config}
 
 
+def lean_trainer_class() -> type:
+    """TorchTrainer without Ray's PlacementGroupCleaner. The cleaner polls the State API, which needs the
+    dashboard we keep off, so it would only cost a process per launch (and log that it cannot see); a
+    launch's group goes with its job, and a sweep's reaper removes a stopped trial's group."""
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+
+    class LeanTrainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list:
+            # Ray 2.60 internals: the cleaner is one of the default controller callbacks.
+            callbacks = super()._create_default_callbacks()
+            return [c for c in callbacks if not isinstance(c, PlacementGroupCleanerCallback)]
+
+    return LeanTrainer
+
+
 def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None,
-                 extra: dict[str, Any] | None = None, trainer_cls: type | None = None):
+                 extra: dict[str, Any] | None = None):
     import ray.train
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchConfig
 
     from orchestrator.worker import train_worker
 
-    return (trainer_cls or TorchTrainer)(
+    return lean_trainer_class()(
         train_worker,
         train_loop_config={**_worker_config(cfg, run_dir, sink), **(extra or {})},
         torch_config=TorchConfig(backend=the_plan.backend),

@@ -35,6 +35,9 @@ def bind_to_loopback() -> None:
 def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
     head = spec.head
     bind_to_loopback()
+    # One node that no cloud can reclaim: Ray Train's preemption watcher (an actor, a process per launch,
+    # polling every 5 s) has nothing to watch. Ray passes this variable on to the Train controller.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     started = time.perf_counter()
     ray.init(
         num_cpus=head.cpus,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import shutil
 import tempfile
 import time
@@ -31,6 +32,8 @@ from trainables.health import Health
 from trainables.parallel import unwrap
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -225,6 +228,7 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     profiler = profiler or StepProfiler(None, None, False)
     metrics: dict[str, float] = {}
     train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints
+    first_step = True
     state.model.train()
     while pos.epoch < last_epoch and pos.step < last_step:
         loaders.sampler.set_epoch(pos.epoch, start=pos.batch_in_epoch * cfg.batch_size)
@@ -234,6 +238,9 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
             profiler.before_step(pos.step + 1)
             loss = train_step(state, batches, cfg, ctx, health)
             profiler.after_step(pos.step)
+            if first_step and ctx.is_main:
+                log.info("first optimizer step done (step %d)", pos.step)  # bench/startup.py reads this line
+            first_step = False
             meter.add(loss)
             if not cfg.skip_nonfinite:
                 health.watch_loss(loss, pos.step)

@@ -5,8 +5,9 @@ controller is still live; the controller dies with it and the workers' placement
 holding the CPUs/GPUs the next trial needs (Ray issues #54305, #47440). Train V2's own PlacementGroupCleaner
 polls the State API, which needs the dashboard we keep off. So rank 0 of each trial registers its placement
 group with a registry actor owned by the sweep driver, and a Tune callback removes the trial's groups as soon
-as Tune calls the trial done, stopped or errored. Trials also run without Ray's cleaner: killed with its
-controller, each one would poll the absent State API forever, a 200 MB process per stopped trial.
+as Tune calls the trial done, stopped or errored. Trials, like every launch, run without Ray's cleaner
+(orchestrator.launcher.lean_trainer_class): killed with its controller, each one would poll the absent State
+API forever, a 200 MB process per stopped trial.
 """
 
 from __future__ import annotations
@@ -73,16 +74,3 @@ class ReapPlacementGroups(tune.Callback):
     def on_experiment_end(self, trials, **info) -> None:
         self._reap(None)
 
-
-def trial_trainer_class() -> type:
-    """TorchTrainer without Ray's PlacementGroupCleaner, whose job the reaper does for sweep trials."""
-    from ray.train.torch import TorchTrainer
-    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-
-    class TrialTrainer(TorchTrainer):
-        def _create_default_callbacks(self) -> list:
-            # Ray 2.60 internals: the cleaner is one of the default controller callbacks.
-            callbacks = super()._create_default_callbacks()
-            return [c for c in callbacks if not isinstance(c, PlacementGroupCleanerCallback)]
-
-    return TrialTrainer

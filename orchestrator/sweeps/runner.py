@@ -20,7 +20,7 @@ from orchestrator.config import LaunchConfig
 from orchestrator.launcher import checked_plan, make_trainer, merge
 from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
 from orchestrator.sweeps.live import LiveTrialTable
-from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups, trial_trainer_class
+from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
 from trainables.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def trial_driver(config: dict[str, Any]) -> None:
     trial_id = tune.get_context().get_trial_id()
     extra = {"pg_registry": config[REGISTRY_KEY], "trial_id": trial_id}
     make_trainer(cfg, the_plan, Path(config[TRIALS_KEY]) / trial_id, sink=None, callbacks=[TuneReportCallback()],
-                 extra=extra, trainer_cls=trial_trainer_class()).fit()
+                 extra=extra).fit()
 
 
 def concurrent_trials(the_plan: Plan, resources: dict[str, float], cap: int | None = None) -> int:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import torchvision
+from typing import TYPE_CHECKING
+
 from torch import nn
+
+if TYPE_CHECKING:
+    import torchvision
 
 
 def resnet(depth: int, in_channels: int, num_classes: int) -> nn.Module:
+    import torchvision  # here, not at the top: importing it costs every worker ~1 s, and most jobs never need it
+
     model = getattr(torchvision.models, f"resnet{depth}")(weights=None, num_classes=num_classes)
     if in_channels != 3:
         model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)

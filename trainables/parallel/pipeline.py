@@ -9,11 +9,11 @@ state_dict keeps the unsplit model's names: a checkpoint taken with k=2 loads wi
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torchvision
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -26,7 +26,8 @@ from trainables.errors import ConfigError
 def layers_of(model: nn.Module) -> list[nn.Module]:
     if hasattr(model, "pipeline_layers"):
         return model.pipeline_layers()
-    if isinstance(model, torchvision.models.ResNet):
+    torchvision = sys.modules.get("torchvision")  # imported already if the model came from it
+    if torchvision is not None and isinstance(model, torchvision.models.ResNet):
         from trainables.models.vision import resnet_layers
 
         return resnet_layers(model)

@@ -1,0 +1,95 @@
+"""Startup: from the command to the first optimizer step, `orchestrator launch` (embedded Ray, Ray Train
+workers) vs torchrun running the same 2-worker job of the shared loop, alternated in one run. Each run's
+rank-0 log stamps its phases, so the table says where the time goes. Goal: orchestrator <= 1.2 x torchrun.
+
+    .venv/bin/python bench/startup.py --repeats 3 --out bench/results/startup_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from common import write_result
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+JOB = {"model": "digits-cnn", "max_steps": 1, "epochs": 1}
+# rank-0 log line -> phase name (the first line holding the text stamps the phase)
+PHASES = {"rank 0 of": "worker started", "parameters on": "data + model built",
+          "first optimizer step done": "first step done"}
+
+
+def stamps(log: Path) -> dict[str, float]:
+    """Epoch seconds at which rank 0 logged each phase."""
+    out: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        for text, phase in PHASES.items():
+            if text in line and phase not in out:
+                when = " ".join(line.split()[2:4])  # "[rank 0] 2026-12-02 18:15:38,284 INFO ..."
+                out[phase] = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return out
+
+
+def timed(command: list[str], cwd: Path, log: Path) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    started = time.time()
+    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    ended = time.time()
+    if proc.returncode != 0:
+        raise SystemExit(f"{command[0]} failed: {proc.stderr[-2000:]}")
+    phases = {name: at - started for name, at in stamps(log).items()}
+    return {**phases, "exit": ended - started}
+
+
+def torchrun(tmp: Path, port: int) -> dict[str, float]:
+    out = tmp / "torchrun"
+    shutil.rmtree(out, ignore_errors=True)
+    command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2", "--master-port", str(port),
+               str(BENCH / "torchrun_entry.py"), json.dumps(JOB), str(out)]
+    return timed(command, tmp, out / "logs" / "rank-0.log")
+
+
+def orchestrator(tmp: Path, name: str) -> dict[str, float]:
+    command = [str(Path(sys.executable).parent / "orchestrator"), "launch", "--workers", "2", "--quiet",
+               "--name", name, *[f"--{k.replace('_', '-')}={v}" for k, v in JOB.items()]]
+    return timed(command, tmp, tmp / "runs" / name / "logs" / "rank-0.log")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one repeat")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    repeats = 1 if args.quick else args.repeats
+    runs: dict[str, list[dict[str, float]]] = {"torchrun": [], "orchestrator": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):  # alternated, so both see the same machine load
+            runs["torchrun"].append(torchrun(Path(tmp), 29500 + i))
+            runs["orchestrator"].append(orchestrator(Path(tmp), f"startup-{i}"))
+    median = {tool: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for tool, rs in runs.items()}
+    ratio = median["orchestrator"]["first step done"] / median["torchrun"]["first step done"]
+    print(f"{'seconds from the command (median of ' + str(repeats) + ')':<44} {'torchrun':>9} {'orchestrator':>13}")
+    for phase in [*PHASES.values(), "exit"]:
+        print(f"{phase:<44} {median['torchrun'][phase]:>9.1f} {median['orchestrator'][phase]:>13.1f}")
+    print(f"first step: orchestrator / torchrun = {ratio:.2f} (goal <= 1.2)")
+    write_result({"job": JOB, "workers": 2, "repeats": repeats, "median_s": median, "runs": runs,
+                  "first_step_ratio": round(ratio, 3), "cpus": os.cpu_count(),
+                  "machine": f"{platform.machine()}, Python {platform.python_version()}",
+                  "command": " ".join(["python3", *sys.argv])}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
