@@ -3,6 +3,7 @@ environment their collectives need. Pure: no Ray, so every decision is tested wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,7 +25,7 @@ def group_resource(group: str) -> str:
 @dataclass(frozen=True)
 class JobRequest:
     workers: int = 1
-    gpus_per_worker: int = 0
+    gpus_per_worker: float = 0  # a whole number, or a fraction < 1 for one worker sharing a GPU (sweep trials)
     cpus_per_worker: int | None = None  # None: share each node's CPUs among the workers placed on it
     placement: Placement = "pack"
     node_group: str | None = None
@@ -35,6 +36,11 @@ class JobRequest:
             raise ConfigError(f"workers={self.workers}: need at least 1 worker")
         if self.gpus_per_worker < 0:
             raise ConfigError(f"gpus_per_worker={self.gpus_per_worker}: must be 0 (CPU) or more")
+        if self.gpus_per_worker > 1 and self.gpus_per_worker != int(self.gpus_per_worker):
+            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g}: above 1 it must be a whole number")
+        if 0 < self.gpus_per_worker < 1 and self.workers > 1:
+            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g} shares a GPU, which only a 1-worker job"
+                              f" may do (NCCL refuses two ranks on one GPU): workers is {self.workers}")
         if self.cpus_per_worker is not None and self.cpus_per_worker < 1:
             raise ConfigError(f"cpus_per_worker={self.cpus_per_worker}: must be at least 1")
         if self.placement not in RAY_STRATEGY:
@@ -45,7 +51,7 @@ class JobRequest:
 class Plan:
     workers: int
     cpus_per_worker: int
-    gpus_per_worker: int
+    gpus_per_worker: float
     placement_strategy: str  # Ray's name: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD
     backend: Literal["gloo", "nccl"]
     env: dict[str, str]
@@ -101,20 +107,25 @@ def _cpus_per_worker(groups: list[NodeGroup], job: JobRequest) -> int:
         return job.cpus_per_worker
     if job.gpus_per_worker:
         # A GPU node's CPUs are split among the workers its GPUs can hold (dataloader workers need them).
-        return max(1, min(g.cpus // (g.gpus.count // job.gpus_per_worker) for g in groups))
+        return max(1, min(g.cpus // _fit(g.gpus.count, job.gpus_per_worker) for g in groups))
     total = sum(g.count * g.cpus for g in groups)
     return max(1, min(total // job.workers, min(g.cpus for g in groups)))
 
 
-def _workers_per_node(group: NodeGroup, cpus: int, gpus: int) -> int:
+def _fit(have: float, each: float) -> int:
+    """How many `each` fit in `have` (GPU fractions included: 0.5 fits twice in 1)."""
+    return math.floor(have / each + 1e-9)
+
+
+def _workers_per_node(group: NodeGroup, cpus: int, gpus: float) -> int:
     fit = group.cpus // cpus
-    return min(fit, group.gpus.count // gpus) if gpus else fit
+    return min(fit, _fit(group.gpus.count, gpus)) if gpus else fit
 
 
 def _check_capacity(groups: list[NodeGroup], job: JobRequest, cpus: int) -> None:
     per_node = {g.name: _workers_per_node(g, cpus, job.gpus_per_worker) for g in groups}
     capacity = sum(g.count * per_node[g.name] for g in groups)
-    ask = f"workers({job.workers}) x [cpus({cpus}), gpus({job.gpus_per_worker})]"
+    ask = f"workers({job.workers}) x [cpus({cpus}), gpus({job.gpus_per_worker:g})]"
     have = ", ".join(f"{g.name}: {g.count} node(s) x {per_node[g.name]} worker(s)" for g in groups)
     if capacity < job.workers:
         raise ConfigError(f"{ask} does not fit the cluster ({have}): ask for fewer workers or smaller ones")

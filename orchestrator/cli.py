@@ -105,7 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     print_pairs("plan", the_plan.describe())
     if cfg.train.strategy == "model-parallel":
-        _print_stages(cfg, max(1, the_plan.gpus_per_worker))
+        _print_stages(cfg, max(1, int(the_plan.gpus_per_worker)))
     return 0
 
 

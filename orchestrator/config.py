@@ -24,7 +24,8 @@ class LaunchConfig(BaseModel):
 
     train: TrainConfig = Field(default_factory=TrainConfig)
     workers: int = Field(2, ge=1, description="Ray Train workers (DDP ranks)")
-    gpus_per_worker: int = Field(0, ge=0)
+    gpus_per_worker: float = Field(0, ge=0, description="GPUs per worker; a fraction (e.g. 0.5) lets 1-worker"
+                                   " jobs, such as sweep trials, share a GPU")
     cpus_per_worker: int | None = Field(None, ge=1, description="default: the node's CPUs shared out")
     placement: Literal["pack", "spread", "strict-pack", "strict-spread"] = "pack"
     node_group: str | None = None

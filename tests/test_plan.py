@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cluster.plan import JobRequest, plan
@@ -86,3 +88,24 @@ def test_node_group_pins_workers_with_a_custom_resource():
 def test_bad_job_requests(job, match):
     with pytest.raises(ConfigError, match=match):
         JobRequest(**job)
+
+
+def test_a_one_worker_job_may_share_a_gpu_and_sweeps_count_the_shares():
+    from orchestrator.sweeps.runner import concurrent_trials
+
+    p = plan(spec(), JobRequest(workers=1, gpus_per_worker=0.5))
+    assert p.resources_per_worker == {"CPU": 4, "GPU": 0.5}  # 64 CPUs over the 16 half-GPU slots of a node
+    assert p.backend == "nccl"
+    # two nodes x 8 GPUs x 2 shares; the CPUs (2 x 64 / 4) allow 32 as well
+    assert concurrent_trials(p, {"CPU": 128.0, "GPU": 16.0}) == 32
+    whole = plan(spec(), JobRequest(workers=1, gpus_per_worker=1))
+    assert concurrent_trials(whole, {"CPU": 128.0, "GPU": 16.0}) == 16
+
+
+@pytest.mark.parametrize("workers, gpus, text", [
+    (2, 0.5, "gpus_per_worker=0.5 shares a GPU, which only a 1-worker job may do"),
+    (1, 1.5, "gpus_per_worker=1.5: above 1 it must be a whole number"),
+])
+def test_gpu_fractions_that_cannot_work_are_refused(workers, gpus, text):
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        plan(spec(), JobRequest(workers=workers, gpus_per_worker=gpus))
