@@ -72,15 +72,17 @@ def concurrent_trials(the_plan: Plan, resources: dict[str, float], cap: int | No
     return min(limit, cap or limit)
 
 
-def search_algorithm(cfg: SweepConfig):
+def search_algorithm(cfg: SweepConfig, concurrency: int):
     if cfg.search == "optuna":
         from ray.tune.search.optuna import OptunaSearch
 
         return OptunaSearch(metric=cfg.metric, mode=cfg.mode, seed=cfg.base.train.seed)
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    # Random and grid search, seeded so a sweep samples the same trials every time it runs.
-    return BasicVariantGenerator(random_state=cfg.base.train.seed)
+    # Random and grid search, seeded so a sweep samples the same trials every time it runs. The limit goes
+    # here: Tune ignores max_concurrent_trials for this generator (it wraps only Searchers), and trial
+    # drivers hold no resources, so without it every trial would start and wait on the others' GPUs/CPUs.
+    return BasicVariantGenerator(random_state=cfg.base.train.seed, max_concurrent=concurrency)
 
 
 def scheduler(cfg: SweepConfig):
@@ -132,7 +134,8 @@ def make_tuner(cfg: SweepConfig, sweep_dir: Path, concurrency: int | None, quiet
         param_space={**tune_space(cfg), BASE_KEY: base.model_dump(mode="json"),
                      TRIALS_KEY: str(sweep_dir / "trials"), REGISTRY_KEY: registry_name(sweep_dir)},
         tune_config=tune.TuneConfig(
-            metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples, search_alg=search_algorithm(cfg),
+            metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples,
+            search_alg=search_algorithm(cfg, concurrency),
             scheduler=scheduler(cfg), max_concurrent_trials=concurrency, time_budget_s=cfg.time_budget_s,
         ),
         run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0,
