@@ -73,15 +73,18 @@ def concurrent_trials(the_plan: Plan, resources: dict[str, float], cap: int | No
 
 
 def search_algorithm(cfg: SweepConfig, concurrency: int):
+    """The search, limited to `concurrency` trials at once. The limit must be here: Tune's own
+    max_concurrent_trials is ignored for the random/grid generator, and since trial drivers hold no
+    resources, every trial would start and wait on the others' GPUs/CPUs (Train gives up after 60 s)."""
     if cfg.search == "optuna":
+        from ray.tune.search import ConcurrencyLimiter
         from ray.tune.search.optuna import OptunaSearch
 
-        return OptunaSearch(metric=cfg.metric, mode=cfg.mode, seed=cfg.base.train.seed)
+        optuna = OptunaSearch(metric=cfg.metric, mode=cfg.mode, seed=cfg.base.train.seed)
+        return ConcurrencyLimiter(optuna, max_concurrent=concurrency)
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    # Random and grid search, seeded so a sweep samples the same trials every time it runs. The limit goes
-    # here: Tune ignores max_concurrent_trials for this generator (it wraps only Searchers), and trial
-    # drivers hold no resources, so without it every trial would start and wait on the others' GPUs/CPUs.
+    # Seeded, so a sweep samples the same trials every time it runs.
     return BasicVariantGenerator(random_state=cfg.base.train.seed, max_concurrent=concurrency)
 
 
@@ -136,7 +139,7 @@ def make_tuner(cfg: SweepConfig, sweep_dir: Path, concurrency: int | None, quiet
         tune_config=tune.TuneConfig(
             metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples,
             search_alg=search_algorithm(cfg, concurrency),
-            scheduler=scheduler(cfg), max_concurrent_trials=concurrency, time_budget_s=cfg.time_budget_s,
+            scheduler=scheduler(cfg), time_budget_s=cfg.time_budget_s,
         ),
         run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0,
                                   callbacks=callbacks(cfg, sweep_dir, quiet)),
