@@ -35,7 +35,7 @@ class JobRequest:
         if self.workers < 1:
             raise ConfigError(f"workers={self.workers}: need at least 1 worker")
         if self.gpus_per_worker < 0:
-            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker}: must be 0 (CPU) or more")
+            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g}: must be 0 (CPU) or more")
         if self.gpus_per_worker > 1 and self.gpus_per_worker != int(self.gpus_per_worker):
             raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g}: above 1 it must be a whole number")
         if 0 < self.gpus_per_worker < 1 and self.workers > 1:
@@ -95,7 +95,7 @@ def _eligible_groups(spec: ClusterSpec, job: JobRequest) -> list[NodeGroup]:
         if not with_gpus:
             have = ", ".join(f"{g.name}: {g.gpus.count}" for g in groups)
             raise ConfigError(
-                f"gpus_per_worker={job.gpus_per_worker} but no node has that many GPUs ({have}):"
+                f"gpus_per_worker={job.gpus_per_worker:g} but no node has that many GPUs ({have}):"
                 " lower --gpus-per-worker or describe the GPUs in the cluster spec"
             )
         groups = with_gpus
