@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import platform
 import statistics
+import sys
 from pathlib import Path
 
 
@@ -17,3 +19,9 @@ def write_result(result: dict, out: Path | None) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def provenance() -> dict[str, str]:
+    """Where and how a result was made: the machine and the exact command, kept in every result file."""
+    return {"machine": f"{platform.machine()}, Python {platform.python_version()}",
+            "command": " ".join(["python3", *sys.argv])}

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import platform
 import sys
 import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
 
-from common import steady_rate, write_result
+from common import provenance, steady_rate, write_result
 
 from trainables.config import TrainConfig
 
@@ -116,8 +115,7 @@ def main() -> int:
         "loader_images_per_s": round(loader, 1), "model_images_per_s_synthetic": round(synthetic, 1),
         "model_images_per_s_parquet": round(on_parquet, 1), "loader_over_model": round(loader / synthetic, 3),
         "parquet_over_synthetic": round(on_parquet / synthetic, 3),
-        "machine": f"{platform.machine()}, {platform.processor() or ''} Python {platform.python_version()}",
-        "command": " ".join(["python3", *sys.argv]),
+        **provenance(),
     }
     print(f"loader alone          {loader:>10,.0f} img/s")
     print(f"model, synthetic data {synthetic:>10,.0f} img/s")

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import steady_rate, write_result
+from common import provenance, steady_rate, write_result
 
 import orchestrator
 
@@ -50,7 +50,7 @@ def main() -> int:
         rates[args.stages] = steady_rate(orchestrator.launch(name="kN", **job, **mp).rows, "tokens_per_s")
     result = {"job": job, "stages": args.stages, "micro_batches": args.micro_batches,
               "tokens_per_s_k1": round(rates[1]), f"tokens_per_s_k{args.stages}": round(rates[args.stages]),
-              "k_over_k1": round(rates[args.stages] / rates[1], 4), "command": " ".join(["python3", *sys.argv])}
+              "k_over_k1": round(rates[args.stages] / rates[1], 4), **provenance()}
     if gpus:
         import torch
 

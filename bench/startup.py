@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -20,7 +19,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from common import write_result
+from common import provenance, write_result
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -85,9 +84,7 @@ def main() -> int:
         print(f"{phase:<44} {median['torchrun'][phase]:>9.1f} {median['orchestrator'][phase]:>13.1f}")
     print(f"first step: orchestrator / torchrun = {ratio:.2f} (goal <= 1.2)")
     write_result({"job": JOB, "workers": 2, "repeats": repeats, "median_s": median, "runs": runs,
-                  "first_step_ratio": round(ratio, 3), "cpus": os.cpu_count(),
-                  "machine": f"{platform.machine()}, Python {platform.python_version()}",
-                  "command": " ".join(["python3", *sys.argv])}, args.out)
+                  "first_step_ratio": round(ratio, 3), "cpus": os.cpu_count(), **provenance()}, args.out)
     return 0
 
 

@@ -12,13 +12,12 @@ against a peak you pass). Goal: bare/ray <= 1.01.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import steady_rate, write_result
+from common import provenance, steady_rate, write_result
 
 from trainables.config import TrainConfig
 
@@ -91,8 +90,7 @@ def main() -> int:
         "image_size": cfg.image_size if key == "samples_per_s" else None, "loader_workers": cfg.loader_workers,
         f"bare_{key}": round(bare, 1), f"ray_{key}": round(ray, 1), "bare_over_ray": round(bare / ray, 4),
         "bare_wall_s": round(bare_s, 2), "ray_wall_s": round(ray_s, 2),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "command": " ".join(["python3", *sys.argv]),
+        **provenance(),
     }
     fpt = flops_per_token(cfg)
     if fpt and args.peak_tflops:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
-from common import write_result
+from common import provenance, write_result
 
 import orchestrator
 
@@ -53,8 +52,7 @@ def main() -> int:
               "trial_spans_s": [round(end - start, 1) for start, end in spans],
               "best_val_acc": result.best_metric, "placement_groups_left": len(left),
               "gpu": ray.cluster_resources().get("GPU"), "sweep_wall_s": round(result.seconds, 1),
-              "machine": f"{platform.machine()}, Python {platform.python_version()}",
-              "command": " ".join(["python3", *sys.argv])}
+              **provenance()}
     ray.shutdown()
     print(report)
     write_result(report, out)

@@ -13,7 +13,6 @@ validation, checkpoints, Tune bookkeeping. Goal: step fraction >= 0.8.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from common import write_result
+from common import provenance, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
@@ -57,8 +56,8 @@ def measure(config: Path, quick: bool) -> dict:
         "step_fraction": round(in_steps / (wall * concurrency), 4),
         "trials_per_minute": round(trials["trial"].nunique() / wall * 60, 2),
         "best_metric": result.best_metric,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "cpus": os.cpu_count(),
+        **provenance(),
     }
 
 

@@ -2,47 +2,34 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import ray
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.periodic import Periodic
 
-class LiveRows:
+
+class LiveRows(Periodic):
     """Polls the sink from a thread; keeps every row seen so the driver never loses one."""
 
     def __init__(self, sink: ray.actor.ActorHandle, on_rows: Callable[[list[dict]], None] | None = None,
                  every_s: float = 0.5) -> None:
+        super().__init__(every_s, "orchestrator-rows")
         self.sink = sink
         self.rows: list[dict[str, float]] = []
         self.on_rows = on_rows
-        self.every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _poll(self) -> None:
+    def tick(self) -> None:
         new = ray.get(self.sink.since.remote(len(self.rows)))
         if new:
             self.rows.extend(new)
             if self.on_rows:
                 self.on_rows(self.rows)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._poll()
-            except Exception:  # the sink may die with the cluster; the final poll reports it
-                return
-
-    def __enter__(self) -> LiveRows:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._poll()  # the last rows pushed before the workers finished
+        super().__exit__(*exc)
+        self.tick()  # the last rows pushed before the workers finished
 
 
 def progress_bar(epochs: int) -> tuple[Progress, Callable[[list[dict]], None]]:

@@ -10,9 +10,10 @@ stuck driver call holding the GIL), and the ranks waiting for it in a collective
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
+
+from orchestrator.periodic import Periodic
 
 BEAT_EVERY_S = 0.5
 
@@ -66,64 +67,45 @@ class Beats:
         self.beats.clear()
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """The worker's side: a daemon thread that sends this rank's progress to the sink every BEAT_EVERY_S.
-    `tick` is what the training loop calls: two attribute writes, no Ray call on the training thread."""
+    `tick_step` is what the training loop calls: two attribute writes, no Ray call on the training thread."""
 
     def __init__(self, sink: Any, rank: int, node: str, worker: Any) -> None:
+        super().__init__(BEAT_EVERY_S, "orchestrator-heartbeat")
         self.sink, self.rank, self.node, self.worker = sink, rank, node, worker
         self.step = 0
         self.ticks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="orchestrator-heartbeat", daemon=True)
 
-    def tick(self, step: int) -> None:
+    def tick_step(self, step: int) -> None:
         self.step = step
         self.ticks += 1
 
-    def _send(self, done: bool = False) -> None:
+    def tick(self, done: bool = False) -> None:
         self.sink.beat.remote(self.rank, os.getpid(), self.node, self.step, self.ticks, done)
-
-    def _run(self) -> None:
-        while not self._stop.wait(BEAT_EVERY_S):
-            self._send()
 
     def __enter__(self) -> Heartbeat:
         self.sink.register.remote(self.rank, self.worker)
-        self._send()
-        self._thread.start()
+        self.tick()
+        super().__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._send(done=True)
+        super().__exit__(*exc)
+        self.tick(done=True)
 
 
-class Watchdog:
+class Watchdog(Periodic):
     """The driver's side: asks the sink once a second; the sink ends a hung worker group and says why."""
 
     def __init__(self, sink: Any, timeout: float, every_s: float = 1.0) -> None:
-        self.sink, self.timeout, self.every_s = sink, timeout, every_s
+        super().__init__(every_s, "orchestrator-watchdog")
+        self.sink, self.timeout = sink, timeout
         self.hangs: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="orchestrator-watchdog", daemon=True)
 
-    def _run(self) -> None:
+    def tick(self) -> None:
         import ray
 
-        while not self._stop.wait(self.every_s):
-            try:
-                found = ray.get(self.sink.end_if_hung.remote(self.timeout))
-            except Exception:  # the sink dies with the cluster; fit() reports that
-                return
-            if found:
-                self.hangs.append(found)
-
-    def __enter__(self) -> Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        found = ray.get(self.sink.end_if_hung.remote(self.timeout))
+        if found:
+            self.hangs.append(found)

@@ -43,7 +43,7 @@ class RayReporter:
 
     def progress(self, step: int) -> None:
         if self.heartbeat is not None:
-            self.heartbeat.tick(step)
+            self.heartbeat.tick_step(step)
 
 
 def ray_context() -> DistContext:
