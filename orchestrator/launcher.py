@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,14 +104,15 @@ def lean_trainer_class() -> type:
 
 
 def make_trainer(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, sink: Any, callbacks: list | None = None,
-                 extra: dict[str, Any] | None = None):
+                 extra: dict[str, Any] | None = None, worker: Callable[[dict[str, Any]], None] | None = None):
+    """A TorchTrainer of `worker` (default: the shared loop's train_worker) shaped by the plan."""
     import ray.train
     from ray.train.torch import TorchConfig
 
     from orchestrator.worker import train_worker
 
     return lean_trainer_class()(
-        train_worker,
+        worker or train_worker,
         train_loop_config={**_worker_config(cfg, run_dir, sink), **(extra or {})},
         torch_config=TorchConfig(backend=the_plan.backend),
         scaling_config=ray.train.ScalingConfig(

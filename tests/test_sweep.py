@@ -58,7 +58,7 @@ def _finished_trials(sweep_dir: Path) -> set[str]:
         except (json.JSONDecodeError, KeyError):
             continue  # being written
         done |= {t["trial_id"] for t in trials if t.get("status") == "TERMINATED"}
-    return {d.name for d in sweep_dir.glob("trial_driver_*") if any(t in d.name for t in done)}
+    return {d.name for d in sweep_dir.glob("trial_*") if any(t in d.name for t in done)}
 
 
 def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):

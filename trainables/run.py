@@ -86,13 +86,27 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any)
     return TrainState(model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device))
 
 
-def restore(state: TrainState, saved: dict[str, Any]) -> None:
+def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:
     unwrap(state.model).load_state_dict(saved["model"])
     state.optimizer.load_state_dict(saved["optimizer"])
     state.scheduler.load_state_dict(saved["scheduler"])
     state.amp.scaler.load_state_dict(saved["scaler"])
     state.position = Position(**saved["position"])
     set_rng_state(saved["rng"])
+    apply_hyperparameters(state, cfg)
+
+
+def apply_hyperparameters(state: TrainState, cfg: TrainConfig) -> None:
+    """The config's lr, weight decay and momentum win over the checkpoint's: the same values on a plain
+    resume, new ones when a sweep (PBT) continues a trial from another trial's weights with mutated settings."""
+    scheduler = state.scheduler
+    scheduler.base_lrs = [cfg.lr] * len(state.optimizer.param_groups)
+    for group, factor in zip(state.optimizer.param_groups, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = cfg.lr
+        group["lr"] = cfg.lr * factor(scheduler.last_epoch)  # what LambdaLR would have set at this step
+        group["weight_decay"] = cfg.weight_decay
+        if "momentum" in group:
+            group["momentum"] = cfg.momentum
 
 
 def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
@@ -103,7 +117,7 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
     loaders, meta = build_loaders(cfg, ctx)
     state = build_state(cfg, ctx, loaders, meta)
     if resume_from is not None:
-        restore(state, resume_from)
+        restore(state, resume_from, cfg)
         log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)
     else:
         seed_everything(cfg.seed + ctx.rank)  # per-rank stream for dropout and the like

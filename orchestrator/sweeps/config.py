@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.config import RUN_NAME, LaunchConfig
-from trainables.config import TrainConfig
+from trainables.config import Flag, TrainConfig
 
 
 class _Strict(BaseModel):
@@ -73,6 +73,8 @@ class SweepConfig(_Strict):
     scheduler: Scheduler = Field(default_factory=Scheduler)
     time_budget_s: float | None = Field(None, gt=0)
     max_concurrent_trials: int | None = Field(None, ge=1, description="default: as many as the cluster fits")
+    reuse_workers: Flag = Field(True, description="run trials on worker groups kept up for the whole sweep"
+                                " (when the space changes only train settings); false: a new group per trial")
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
@@ -86,3 +88,14 @@ class SweepConfig(_Strict):
         if self.name is not None and not RUN_NAME.match(self.name):
             raise ValueError(f"{self.name!r} is not a sweep name: letters, digits, '.', '_' or '-'")
         return self
+
+    @property
+    def trial_shape_varies(self) -> bool:
+        """Whether the space changes a launch setting (workers, resources, ...) and not only training ones."""
+        launch_only = set(LaunchConfig.model_fields) - set(TrainConfig.model_fields)
+        return any(key in launch_only for key in self.space)
+
+    @property
+    def on_gangs(self) -> bool:
+        """Trials run on warm worker groups (orchestrator.sweeps.gangs)."""
+        return self.reuse_workers and not self.trial_shape_varies and self.base.entry is None

@@ -19,7 +19,7 @@ PLOT_FILE = "sweep.png"
 def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
     frames = []
     for result in results:
-        frame = result.metrics_dataframe
+        frame = reports_of(result)
         if frame is None or frame.empty:
             continue
         frame = frame.copy()
@@ -32,9 +32,19 @@ def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
         frame["error"] = str(result.error) if result.error else None
         frames.append(frame)
     keep = ["trial", "training_iteration", "step", "epoch", "loss", "val_loss", "val_acc", "samples_per_s",
-            "train_time_s", "time_total_s", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
+            "lr", "train_time_s", "time_total_s", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keep)
     return table[[c for c in keep if c in table.columns]]
+
+
+def reports_of(result: Any) -> pd.DataFrame | None:
+    """A trial's reports. Tune can leave result.json empty for a trial that PBT restored from another
+    trial's checkpoint more than once; its progress.csv still holds every row."""
+    frame = result.metrics_dataframe
+    if frame is None or frame.empty:
+        csv = Path(result.path) / "progress.csv"
+        frame = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else None
+    return frame
 
 
 def write_results(cfg: SweepConfig, results: Any, best: LaunchConfig, sweep_dir: Path) -> pd.DataFrame:

@@ -1,12 +1,16 @@
-"""Run a sweep: each Tune trial is a small driver that builds and fits a TorchTrainer of the shared loop
-(Ray 2.60's Train V2 pattern; `Tuner(trainer)` is gone). The trial driver holds no CPU, so a trial's gang is
-exactly its workers, and max_concurrent_trials is how many gangs fit the cluster at once."""
+"""Run a sweep with Ray Tune. Trials run either on warm worker groups kept up for the whole sweep
+(orchestrator.sweeps.gangs: the default whenever every trial has the same shape), or each as its own Ray
+Train run: a small Tune trial driver that builds and fits a TorchTrainer of the shared loop (Ray 2.60's Train
+V2 pattern; `Tuner(trainer)` is gone). Either way the trial function holds no CPU, so a trial's gang is
+exactly its workers, and the number of trials at once is how many gangs fit the cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from orchestrator.api import split_overrides
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher import checked_plan, make_trainer, merge
 from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
+from orchestrator.sweeps.gangs import desk_prefix, gangs
 from orchestrator.sweeps.live import LiveTrialTable
 from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
 from trainables.errors import ConfigError
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 BASE_KEY = "__base__"  # the trial's base launch, carried in the param space (not searched)
 TRIALS_KEY = "__trials_dir__"  # where trials keep their Ray Train runs
 REGISTRY_KEY = "__pg_registry__"  # the named actor trials register their placement groups with
+DESKS_KEY = "__desks__"  # the name prefix of the gangs' desks (orchestrator.sweeps.gangs)
 
 
 def tune_space(cfg: SweepConfig) -> dict[str, Any]:
@@ -46,8 +52,11 @@ def tune_space(cfg: SweepConfig) -> dict[str, Any]:
 def trial_config(config: dict[str, Any]) -> LaunchConfig:
     """A trial's launch: the base with this trial's sampled values on top."""
     base = LaunchConfig.model_validate(config[BASE_KEY])
-    sampled = {k: v for k, v in config.items() if k not in (BASE_KEY, TRIALS_KEY, REGISTRY_KEY)}
-    return merge(base, split_overrides(sampled))
+    return merge(base, split_overrides(sampled_values(config)))
+
+
+def sampled_values(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if not k.startswith("__")}
 
 
 def trial_driver(config: dict[str, Any]) -> None:
@@ -60,6 +69,21 @@ def trial_driver(config: dict[str, Any]) -> None:
     extra = {"pg_registry": config[REGISTRY_KEY], "trial_id": trial_id}
     make_trainer(cfg, the_plan, Path(config[TRIALS_KEY]) / trial_id, sink=None, callbacks=[TuneReportCallback()],
                  extra=extra).fit()
+
+
+def trial_on_gang(config: dict[str, Any]) -> None:
+    """One Tune trial run by one of the sweep's warm worker groups; its reports reach Tune through here."""
+    from orchestrator.sweeps.gangs import serve_trial
+
+    cfg = trial_config(config)
+    trial_id = tune.get_context().get_trial_id()
+    resume = tune.get_checkpoint()  # set when Tune resumes the trial, or PBT hands it another's weights
+    prefix = config[DESKS_KEY]
+    desks = sorted(name for name in ray.util.list_named_actors() if name.startswith(prefix))
+    job = {"trial_id": trial_id, "train": cfg.train.model_dump(mode="json"), "sampled": sampled_values(config),
+           "resume": resume.path if resume else None,
+           "staging": str(Path(config[TRIALS_KEY]) / trial_id / "staging")}
+    serve_trial(desks, job)
 
 
 def concurrent_trials(the_plan: Plan, resources: dict[str, float], cap: int | None = None) -> int:
@@ -115,7 +139,8 @@ class SweepResult:
 
 
 def callbacks(cfg: SweepConfig, sweep_dir: Path, quiet: bool) -> list[tune.Callback]:
-    reap: list[tune.Callback] = [ReapPlacementGroups(registry_name(sweep_dir))]
+    # A gang's placement group lives as long as the sweep; a trial's own group is reaped when it stops.
+    reap: list[tune.Callback] = [] if cfg.on_gangs else [ReapPlacementGroups(registry_name(sweep_dir))]
     return reap if quiet else [*reap, LiveTrialTable(cfg.metric, cfg.mode, cfg.base.train.epochs)]
 
 
@@ -127,7 +152,7 @@ def make_tuner(cfg: SweepConfig, sweep_dir: Path, concurrency: int | None, quiet
     """A new Tuner running `concurrency` trials at once, or (concurrency None) the sweep's saved one."""
     # Tune refuses an all-zero request; 1 MiB of `memory` (a resource every node has) with 0 CPU keeps the
     # trial driver from taking a CPU its own workers need, which would deadlock a 2-CPU machine.
-    trainable = tune.with_resources(trial_driver, {"cpu": 0, "memory": 2**20})
+    trainable = tune.with_resources(trial_on_gang if cfg.on_gangs else trial_driver, {"cpu": 0, "memory": 2**20})
     if concurrency is None:
         return tune.Tuner.restore(str(sweep_dir), trainable=trainable, resume_unfinished=True,
                                   resume_errored=True)
@@ -135,15 +160,24 @@ def make_tuner(cfg: SweepConfig, sweep_dir: Path, concurrency: int | None, quiet
     return tune.Tuner(
         trainable,
         param_space={**tune_space(cfg), BASE_KEY: base.model_dump(mode="json"),
-                     TRIALS_KEY: str(sweep_dir / "trials"), REGISTRY_KEY: registry_name(sweep_dir)},
+                     TRIALS_KEY: str(sweep_dir / "trials"), REGISTRY_KEY: registry_name(sweep_dir),
+                     DESKS_KEY: desk_prefix(sweep_dir.name)},
         tune_config=tune.TuneConfig(
             metric=cfg.metric, mode=cfg.mode, num_samples=cfg.num_samples,
             search_alg=search_algorithm(cfg, concurrency),
             scheduler=scheduler(cfg), time_budget_s=cfg.time_budget_s,
+            reuse_actors=cfg.on_gangs,  # a gang trial's actor is a light relay: keep it for the next trial
         ),
         run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent), verbose=0,
-                                  callbacks=callbacks(cfg, sweep_dir, quiet)),
+                                  callbacks=callbacks(cfg, sweep_dir, quiet),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(cfg))),
     )
+
+
+def checkpoints_to_keep(cfg: SweepConfig) -> int | None:
+    """Per trial. PBT keeps them all: a trial cloned from another loads that trial's checkpoint while its
+    owner trains on, and Tune would delete it from under the reader (Tune warns at <= 2)."""
+    return None if cfg.scheduler.type == "pbt" else cfg.base.keep_checkpoints
 
 
 def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
@@ -161,14 +195,24 @@ def run_sweep(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, resume: bool = 
               quiet: bool = False) -> SweepResult:
     """Run the sweep on the connected Ray; `the_plan` is the base launch's, checked by the caller."""
     started = time.perf_counter()
-    concurrency = None if resume else concurrent_trials(the_plan, ray.cluster_resources(),
-                                                        cfg.max_concurrent_trials)
-    if concurrency:
-        log.info("running up to %d trial(s) at once", concurrency)
+    concurrency = concurrent_trials(the_plan, ray.cluster_resources(), cfg.max_concurrent_trials)
+    log.info("running up to %d trial(s) at once%s", concurrency, " on warm worker groups" if cfg.on_gangs else "")
+    with trial_workers(cfg, the_plan, sweep_dir, concurrency):
+        results = make_tuner(cfg, sweep_dir, None if resume else concurrency, quiet).fit()
+    best, value = best_of(cfg, results)
+    return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results,
+                       None if resume else concurrency)
+
+
+@contextlib.contextmanager
+def trial_workers(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, concurrency: int) -> Iterator[None]:
+    """What trials run on, for the length of the sweep: the gangs, or the registry of per-trial groups."""
+    if cfg.on_gangs:
+        # Each trial may cost a gang one restart (a worker that died); more, and the gang gives up.
+        with gangs(cfg.base, the_plan, sweep_dir, concurrency, max_failures=cfg.num_samples):
+            yield
+        return
     # Named, owned by this driver: it lives exactly as long as the sweep does.
     registry = PlacementGroupRegistry.options(name=registry_name(sweep_dir)).remote()
     ray.get(registry.pop.remote())  # wait until it is up before any trial looks it up
-    results = make_tuner(cfg, sweep_dir, concurrency, quiet).fit()
-    best, value = best_of(cfg, results)
-    return SweepResult(sweep_dir.name, sweep_dir, best, value, time.perf_counter() - started, results,
-                       concurrency)
+    yield
