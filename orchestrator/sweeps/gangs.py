@@ -101,14 +101,17 @@ def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
     except NonFiniteLoss as exc:  # raised on every rank at the same step: the gang can serve on
         return "error", f"{type(exc).__name__}: {exc}"
     finally:
-        gc.collect()  # this trial's model and optimizer, before the next one's
-        free_cuda_cache()
+        free_cuda_memory()
 
 
-def free_cuda_cache() -> None:
+def free_cuda_memory() -> None:
+    """Give this trial's GPU memory back before the next trial's model arrives. A full gc.collect (for
+    modules caught in reference cycles) takes ~0.3 s with torch loaded, a third of a digits trial: on CPU,
+    reference counting and Python's own collections are enough."""
     import torch
 
     if torch.cuda.is_available():
+        gc.collect()
         torch.cuda.empty_cache()
 
 
@@ -120,6 +123,8 @@ def gang_worker(config: dict[str, Any]) -> None:
 
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config["log_dir"])
+    import trainables.run  # noqa: F401  (the loop's imports, once, before the first trial rather than in it)
+
     desk = ray.get_actor(config["desk"])
     if ctx.is_main:
         ray.get(desk.join.remote())

@@ -31,8 +31,8 @@ def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
         frame["stopped_early"] = result.error is None and iterations < cfg.base.train.epochs
         frame["error"] = str(result.error) if result.error else None
         frames.append(frame)
-    keep = ["trial", "training_iteration", "step", "epoch", "loss", "val_loss", "val_acc", "samples_per_s",
-            "lr", "train_time_s", "time_total_s", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
+    keep = ["trial", "training_iteration", "step", "epoch", "loss", "val_loss", "val_acc", "samples_per_s", "lr",
+            "train_time_s", "time_total_s", "timestamp", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keep)
     return table[[c for c in keep if c in table.columns]]
 
