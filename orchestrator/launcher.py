@@ -88,17 +88,31 @@ def _worker_config(cfg: LaunchConfig, run_dir: Path, sink: Any) -> dict[str, Any
 
 
 def lean_trainer_class() -> type:
-    """TorchTrainer without Ray's PlacementGroupCleaner. The cleaner polls the State API, which needs the
-    dashboard we keep off, so it would only cost a process per launch (and log that it cannot see); a
-    launch's group goes with its job, and a sweep's reaper removes a stopped trial's group."""
+    """TorchTrainer without two per-run processes our runs never use (each a Python that imports Ray's
+    libraries on a machine whose cores are busy importing torch for the workers):
+    - Ray's PlacementGroupCleaner polls the State API, which needs the dashboard we keep off; a launch's
+      group goes with its job, and a sweep's reaper removes a stopped trial's group.
+    - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
+      Datasets (ours never have any: the loop reads its own DataLoaders)."""
     from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+    class NoDatasets(WorkerGroupCallback):
+        def before_init_train_context(self, workers: list) -> dict[str, list]:
+            return {"dataset_shard_provider": [None] * len(workers)}  # TrainContext requires the field
 
     class LeanTrainer(TorchTrainer):
         def _create_default_callbacks(self) -> list:
-            # Ray 2.60 internals: the cleaner is one of the default controller callbacks.
-            callbacks = super()._create_default_callbacks()
-            return [c for c in callbacks if not isinstance(c, PlacementGroupCleanerCallback)]
+            # Ray 2.60 internals: both are among the default controller callbacks.
+            out = []
+            for callback in super()._create_default_callbacks():
+                if isinstance(callback, DatasetsCallback) and not self.datasets:
+                    out.append(NoDatasets())
+                elif not isinstance(callback, PlacementGroupCleanerCallback):
+                    out.append(callback)
+            return out
 
     return LeanTrainer
 
