@@ -1,5 +1,5 @@
 """One-worker sweep trials sharing a GPU by fraction (gpus_per_worker 0.5): how many ran at once, each
-trial's span, and that no placement group is left afterwards. Needs a GPU.
+trial's span (on warm gangs: from the gangs' logs), and that no placement group is left afterwards. Needs a GPU.
 
     python3 bench/sweep_gpu_share.py --out bench/results/sweep_gpu_share_h200.json
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 from common import provenance, write_result
@@ -28,6 +30,35 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
+def stamp(line: str) -> float:
+    """Epoch seconds of a rank log line: "[rank 0] 2026-12-03 01:41:12,239 INFO ..."."""
+    return datetime.strptime(" ".join(line.split()[2:4]), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def gang_spans(sweep_dir: Path) -> list[tuple[float, float]]:
+    """Each trial's span on its gang, to the millisecond, from the gang's log lines that start and end it
+    ("trial ID: {...}", "trial ID ended (done) after ..."). Tune's stamps are whole seconds, too coarse here."""
+    starts: dict[str, float] = {}
+    spans = []
+    for log in sweep_dir.glob("gangs/gang-*/logs/rank-0.log"):
+        for line in log.read_text().splitlines():
+            found = re.search(r"orchestrator\.gangs: trial (\S+?)(:| ended)", line)
+            if found and found.group(2) == ":":
+                starts[found.group(1)] = stamp(line)
+            elif found:
+                spans.append((starts[found.group(1)], stamp(line)))
+    return spans
+
+
+def tune_spans(results) -> list[tuple[float, float]]:
+    spans = []
+    for trial in results:
+        frame = trial.metrics_dataframe
+        first = frame.iloc[0]
+        spans.append((float(first["timestamp"] - first["time_total_s"]), float(frame["timestamp"].max())))
+    return spans
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
@@ -42,13 +73,11 @@ def main() -> int:
     os.chdir(tempfile.mkdtemp())
     start_local(load_spec(DEFAULT_SPEC))  # held here, so the sweep reuses it and we can look afterwards
     result = orchestrator.sweep(CONFIG, quiet=True)
-    spans = []
-    for trial in result.results:
-        frame = trial.metrics_dataframe
-        first = frame.iloc[0]
-        spans.append((float(first["timestamp"] - first["time_total_s"]), float(frame["timestamp"].max())))
+    gangs = gang_spans(result.path)
+    spans = gangs or tune_spans(result.results)
     left = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
-    report = {"trials": len(spans), "planned_concurrency": result.concurrency, "most_at_once": most_at_once(spans),
+    report = {"mode": "gangs" if gangs else "fresh",
+              "trials": len(spans), "planned_concurrency": result.concurrency, "most_at_once": most_at_once(spans),
               "trial_spans_s": [round(end - start, 1) for start, end in spans],
               "best_val_acc": result.best_metric, "placement_groups_left": len(left),
               "gpu": ray.cluster_resources().get("GPU"), "sweep_wall_s": round(result.seconds, 1),

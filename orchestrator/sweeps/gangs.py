@@ -133,11 +133,13 @@ def gang_worker(config: dict[str, Any]) -> None:
         job = agree(ctx.is_main, ctx.distributed, ctx.device, lambda: ray.get(desk.next_job.remote(POLL_S)))
         if "closed" in job:
             return
+        started = time.perf_counter()
         try:
             kind, message = run_job(job, ctx, desk)
         except Exception as exc:
             desk.end.remote(job["seq"], "error", f"rank {ctx.rank}: {type(exc).__name__}: {exc}")
             raise
+        log.info("trial %s ended (%s) after %.2f s", job["trial_id"], kind, time.perf_counter() - started)
         if ctx.is_main:
             ray.get(desk.end.remote(job["seq"], kind, message))
 
