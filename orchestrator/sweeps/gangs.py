@@ -91,7 +91,7 @@ def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
     from trainables.run import run_training
 
     cfg = TrainConfig.model_validate(job["train"])
-    log.info("trial %s: %s", job["trial_id"], {k: v for k, v in job["sampled"].items()})
+    log.info("trial %s: %s", job["trial_id"], job["sampled"])
     resume = load_state(job["resume"]) if job.get("resume") else None
     try:
         run_training(cfg, ctx, GangReporter(desk, job, ctx), resume)
