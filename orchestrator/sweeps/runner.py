@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ def run_sweep(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, resume: bool = 
               quiet: bool = False) -> SweepResult:
     """Run the sweep on the connected Ray; `the_plan` is the base launch's, checked by the caller."""
     started = time.perf_counter()
+    # Every trial checkpoints each epoch by design, so Tune's "snapshotting triggered multiple times" warning
+    # would repeat all sweep long.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     concurrency = concurrent_trials(the_plan, ray.cluster_resources(), cfg.max_concurrent_trials)
     log.info("running up to %d trial(s) at once%s", concurrency, " on warm worker groups" if cfg.on_gangs else "")
     with trial_workers(cfg, the_plan, sweep_dir, concurrency):
