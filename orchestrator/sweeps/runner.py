@@ -27,6 +27,7 @@ from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig,
 from orchestrator.sweeps.gangs import desk_prefix, gangs
 from orchestrator.sweeps.live import LiveTrialTable
 from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
+from orchestrator.sweeps.results import reports_of
 from trainables.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
         best = results.get_best_result(metric=cfg.metric, mode=cfg.mode, scope="all")
     except RuntimeError as exc:
         raise ConfigError(f"no trial reported {cfg.metric!r}: {exc}") from None
-    values = [r.get(cfg.metric) for r in best.metrics_dataframe.to_dict("records")]
+    values = [r.get(cfg.metric) for r in reports_of(best).to_dict("records")]
     best_value = (max if cfg.mode == "max" else min)(v for v in values if v is not None)
     launch = trial_config(best.config).model_copy(update={"name": None, "quiet": False})
     return launch, float(best_value)
