@@ -187,8 +187,9 @@ def best_of(cfg: SweepConfig, results: Any) -> tuple[LaunchConfig, float]:
         best = results.get_best_result(metric=cfg.metric, mode=cfg.mode, scope="all")
     except RuntimeError as exc:
         raise ConfigError(f"no trial reported {cfg.metric!r}: {exc}") from None
-    values = [r.get(cfg.metric) for r in reports_of(best).to_dict("records")]
-    best_value = (max if cfg.mode == "max" else min)(v for v in values if v is not None)
+    reports = reports_of(best)
+    values = [] if reports is None or cfg.metric not in reports else reports[cfg.metric].dropna().tolist()
+    best_value = (max if cfg.mode == "max" else min)(values or [best.metrics[cfg.metric]])
     launch = trial_config(best.config).model_copy(update={"name": None, "quiet": False})
     return launch, float(best_value)
 
