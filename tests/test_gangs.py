@@ -130,7 +130,10 @@ def test_pbt_continues_trials_from_others_weights_with_their_new_lr(ray_local, i
     trials = pd.read_parquet(result.path / "trials.parquet")
     # pbt_global.txt: one JSON list per exploit: target, donor, target's and donor's iteration, old, new config
     exploits = [json.loads(line) for line in (result.path / "pbt_global.txt").read_text().splitlines()]
-    mid_run = [e for e in exploits if e[3] < 6]  # the donor had epochs left to hand on
+    # Tune may keep a restored trial's reports only from its last restore on: check each target's last clone,
+    # where the donor still had epochs to hand on.
+    last = {e[0]: e for e in exploits}
+    mid_run = [e for e in last.values() if e[3] < 6]
     assert mid_run, f"PBT cloned no trial mid-run: {exploits}"
     for target, _, _, donor_iter, _, new in mid_run:
         number = int(target.split("_")[0])  # the target's tag, "1_lr=0.0003", starts with its trial number
