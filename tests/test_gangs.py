@@ -107,9 +107,9 @@ def test_a_nan_trial_keeps_the_gang_and_a_killed_worker_costs_one_trial(ray_loca
     assert len(errors) == 2, errors
     assert any("NonFiniteLoss" in e for e in errors), errors
     # The killed trial fails with what its surviving rank saw (its peer gone mid-collective), or, if the
-    # kill landed between collectives, with the restarted group's note.
+    # kill landed between collectives, with the restarted group's note: both say the group failed.
     killed = [e for e in errors if "NonFiniteLoss" not in e]
-    assert any(s in killed[0] for s in ("Connection reset by peer", "worker group restarted")), killed
+    assert "the worker group failed in this trial" in killed[0], killed
     trials = pd.read_parquet(result.path / "trials.parquet")
     finished = trials[trials["error"].isna()].groupby("trial")["val_acc"].last()
     assert len(finished) == 2 and (finished > 0.9).all(), finished

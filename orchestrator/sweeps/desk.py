@@ -18,6 +18,7 @@ import ray
 
 LEASE_S = 15.0  # a trial silent this long is gone (its actor was killed): its job is stopped, the desk freed
 GO, STOP = "go", "stop"
+GANG_FAILED = "the worker group failed in this trial (Ray Train restarts it for the next one)"
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)
@@ -93,7 +94,7 @@ class Desk:
         """A gang (re)started: a job it had in flight died with its old workers."""
         with self.cond:
             if self.job is not None and self.handed:
-                self._end("error", "the worker group restarted (a worker died): see the gang's logs")
+                self._end("error", f"{GANG_FAILED}: a worker died (see the gang's logs)")
 
     def next_job(self, timeout: float) -> dict[str, Any] | None:
         """The job to run, {"closed": why} when the sweep is over, None when nothing came within `timeout`."""

@@ -29,7 +29,7 @@ import ray
 
 from orchestrator.config import LaunchConfig
 from orchestrator.periodic import Periodic
-from orchestrator.sweeps.desk import GO, Desk
+from orchestrator.sweeps.desk import GANG_FAILED, GO, Desk
 
 log = logging.getLogger("orchestrator.gangs")
 POLL_S = 1.0  # how long one desk call waits; the other ranks wait in one broadcast no longer than this
@@ -137,7 +137,7 @@ def gang_worker(config: dict[str, Any]) -> None:
         try:
             kind, message = run_job(job, ctx, desk)
         except Exception as exc:
-            desk.end.remote(job["seq"], "error", f"rank {ctx.rank}: {type(exc).__name__}: {exc}")
+            desk.end.remote(job["seq"], "error", f"{GANG_FAILED}: rank {ctx.rank}: {type(exc).__name__}: {exc}")
             raise
         log.info("trial %s ended (%s) after %.2f s", job["trial_id"], kind, time.perf_counter() - started)
         if ctx.is_main:
