@@ -6,6 +6,7 @@ import json
 import platform
 import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 
@@ -13,6 +14,11 @@ def steady_rate(rows: list[dict], key: str) -> float:
     """Median rate over the log windows after the first (which holds warm-up and compilation)."""
     rates = [r[key] for r in rows if key in r and r.get("val_loss") is None]
     return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
+def log_stamp(line: str) -> float:
+    """Epoch seconds of a rank log line: "[rank 0] 2026-12-03 01:41:12,239 INFO ..."."""
+    return datetime.strptime(" ".join(line.split()[2:4]), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def write_result(result: dict, out: Path | None) -> None:

@@ -20,10 +20,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
-from common import provenance, write_result
+from common import log_stamp, provenance, write_result
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -40,8 +39,7 @@ def stamps(log: Path) -> dict[str, float]:
     for line in log.read_text().splitlines():
         for text, phase in PHASES.items():
             if text in line and phase not in out:
-                when = " ".join(line.split()[2:4])  # "[rank 0] 2026-12-02 18:15:38,284 INFO ..."
-                out[phase] = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                out[phase] = log_stamp(line)
     return out
 
 

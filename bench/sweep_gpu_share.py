@@ -11,10 +11,9 @@ import os
 import re
 import sys
 import tempfile
-from datetime import datetime
 from pathlib import Path
 
-from common import provenance, write_result
+from common import log_stamp, provenance, write_result
 
 import orchestrator
 
@@ -30,11 +29,6 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
-def stamp(line: str) -> float:
-    """Epoch seconds of a rank log line: "[rank 0] 2026-12-03 01:41:12,239 INFO ..."."""
-    return datetime.strptime(" ".join(line.split()[2:4]), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
-
 def gang_spans(sweep_dir: Path) -> list[tuple[float, float]]:
     """Each trial's span on its gang, to the millisecond, from the gang's log lines that start and end it
     ("trial ID: {...}", "trial ID ended (done) after ..."). Tune's stamps are whole seconds, too coarse here."""
@@ -44,9 +38,9 @@ def gang_spans(sweep_dir: Path) -> list[tuple[float, float]]:
         for line in log.read_text().splitlines():
             found = re.search(r"orchestrator\.gangs: trial (\S+?)(:| ended)", line)
             if found and found.group(2) == ":":
-                starts[found.group(1)] = stamp(line)
+                starts[found.group(1)] = log_stamp(line)
             elif found:
-                spans.append((starts[found.group(1)], stamp(line)))
+                spans.append((starts[found.group(1)], log_stamp(line)))
     return spans
 
 

@@ -30,8 +30,6 @@ DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
 
 
 def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
-    import os
-
     from orchestrator.sweeps.api import sweep
     from orchestrator.sweeps.config import SweepConfig
 

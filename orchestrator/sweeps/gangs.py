@@ -162,10 +162,10 @@ class KeepAlive(Periodic):
 def claim(desk_names: list[str], trial_id: str, timeout_s: float = 600.0) -> Any:
     """A free gang's desk for this trial. Tune runs no more trials at once than there are gangs, so one
     frees up as soon as the trial before it has left."""
+    desks = [ray.get_actor(name) for name in desk_names]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for name in desk_names:
-            desk = ray.get_actor(name)
+        for desk in desks:
             answer = ray.get(desk.claim.remote(trial_id))
             if answer is True:
                 return desk
