@@ -31,12 +31,12 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 
 def gang_spans(sweep_dir: Path) -> list[tuple[float, float]]:
     """Each trial's span on its gang, to the millisecond, from the gang's log lines that start and end it
-    ("trial ID: {...}", "trial ID ended (done) after ..."). Tune's stamps are whole seconds, too coarse here."""
+    ("job ID: rank 0 of ...", "job ID ended (done) after ..."). Tune's stamps are whole seconds, too coarse here."""
     starts: dict[str, float] = {}
     spans = []
     for log in sweep_dir.glob("gangs/gang-*/logs/rank-0.log"):
         for line in log.read_text().splitlines():
-            found = re.search(r"orchestrator\.gangs: trial (\S+?)(:| ended)", line)
+            found = re.search(r"orchestrator\.gangs: job (\S+?)(:| ended)", line)
             if found and found.group(2) == ":":
                 starts[found.group(1)] = log_stamp(line)
             elif found:

@@ -1,4 +1,4 @@
-"""`orchestrator`: launch, plan, doctor, cluster. Bad input is one line on stderr and exit code 2."""
+"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool. Bad input is one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from trainables.errors import ConfigError, RunFailed
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+POOL_FIELDS = ("address", "cluster", "workers", "gpus_per_worker", "cpus_per_worker", "placement", "node_group")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = cluster.add_parser("check", help="compare a spec with the live cluster; all-reduce bandwidth")
     check.add_argument("spec")
     check.add_argument("--address", help="Ray cluster to check (default: the spec's address)")
+    pool = sub.add_parser("pool", help="keep a worker group warm on a running cluster for launches that join it")
+    pool_sub = pool.add_subparsers(dest="pool_command", required=True, parser_class=OneLineParser)
+    pool_up = pool_sub.add_parser("up", help="start the pool's workers (the shape of the launches to run on it)")
+    add_model_flags(pool_up, LaunchConfig, prefix="o.", skip=tuple(set(LaunchConfig.model_fields) - set(POOL_FIELDS)))
+    pool_down = pool_sub.add_parser("down", help="stop the pool's workers (a running job ends first)")
+    pool_down.add_argument("--address", required=True)
     return parser
 
 
@@ -127,6 +134,29 @@ def _print_stages(cfg: LaunchConfig, devices_per_worker: int) -> None:
         table.add_row(str(i), f"device {i % devices_per_worker}", f"{first}..{first + n - 1} ({n})",
                       f"{est.info.parameters / 1e6:.2f}M", f"{est.activation_bytes / 2**20:,.1f} MiB")
     Console().print(table)
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    if args.pool_command == "down":
+        from orchestrator.pool import pool_down
+
+        pool_down(args.address)
+        print(f"the warm pool at {args.address} is down")
+        return 0
+    from orchestrator.api import build_config
+    from orchestrator.launcher import checked_plan
+    from orchestrator.pool import pool_up
+
+    cfg = build_config(overrides_from(args, "o."))
+    _, the_plan, address = checked_plan(cfg)
+    if address is None:
+        raise ConfigError("a warm pool lives on a running Ray cluster: pass --address (start one on this machine"
+                          " with `orchestrator cluster up`)")
+    info, seconds = pool_up(cfg, the_plan, address)
+    print(f"warm pool up at {address} in {seconds:.1f} s: {info['shape']['workers']} workers x"
+          f" {info['shape']['resources per worker']}; launches with --address {address} of this shape run on it"
+          f" (logs: {info['dir']}/logs)")
+    return 0
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
@@ -222,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.doctor import doctor
 
             return doctor(args.address, with_ray=not args.no_ray)
-        commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep}
+        commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,
+                    "pool": cmd_pool}
         return commands[args.command](args)
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)

@@ -157,7 +157,7 @@ def failure_line(error: Exception, hangs: list[str], run_dir: Path) -> str:
     return f"{cause} (logs: {run_dir / 'logs'})"
 
 
-def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[dict[str, float]]]:
+def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path, resume: bool) -> tuple[list[dict[str, float]], Path | None]:
     import ray
     from ray.train import TrainingFailedError
 
@@ -166,7 +166,7 @@ def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[di
     from orchestrator.watchdog import Watchdog
 
     sink = MetricsSink.options(name=f"orchestrator-sink-{run_dir.name}").remote()
-    trainer = make_trainer(cfg, the_plan, run_dir, sink)
+    trainer = make_trainer(cfg, the_plan, run_dir, sink, extra={"resuming": resume})
     bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
     try:
         with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
@@ -178,7 +178,16 @@ def _fit(cfg: LaunchConfig, the_plan: Plan, run_dir: Path) -> tuple[Any, list[di
         ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
     for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)
         log.warning("restarted after a hang: %s", hang)
-    return result, live.rows
+    return live.rows, Path(result.checkpoint.path) if result.checkpoint else None
+
+
+def _on_pool(cfg: LaunchConfig, the_plan: Plan, address: str | None) -> bool:
+    """Whether this launch runs on the warm pool of the cluster it joined (see orchestrator.pool)."""
+    if address is None or cfg.entry:
+        return False
+    from orchestrator.pool import find_pool
+
+    return find_pool(the_plan)
 
 
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
@@ -207,11 +216,15 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
     started = time.perf_counter()
     with ray_session(spec, address, cfg.dashboard):
-        result, new_rows = _fit(cfg, the_plan, run_dir)
+        if _on_pool(cfg, the_plan, address):
+            from orchestrator.pool import run_on_pool
+
+            new_rows, checkpoint = run_on_pool(cfg, run_dir, resume)
+        else:
+            new_rows, checkpoint = _fit(cfg, the_plan, run_dir, resume)
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
         write_rows(rows, run_dir)
         plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")
     last_val = next((r for r in reversed(rows) if r.get("val_acc") is not None), {})
-    checkpoint = Path(result.checkpoint.path) if result.checkpoint else None
     return RunResult(cfg.name or "", run_dir, last_val, checkpoint, rows, time.perf_counter() - started)

@@ -62,18 +62,21 @@ def resolve_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
     return getattr(importlib.import_module(module), func)
 
 
-def latest_state(run_dir: str | None) -> dict[str, Any] | None:
+def latest_state(run_dir: str | None, resuming: bool = False) -> dict[str, Any] | None:
     """The newest complete checkpoint of this run, or None for a fresh start.
 
     Ray's latest (`get_checkpoint`, set when resuming or restarting after a failure) can be older than what
     is on disk: the controller learns of a report only when it next polls the workers, so one written just
-    before a worker died is complete but unregistered. Newest first by name (Ray names them by time), each
-    checked against its manifest; a cut-short or corrupt one is skipped with a warning."""
+    before a worker died is complete but unregistered. And a run that ran on a warm pool (orchestrator.pool)
+    has checkpoints Ray never saw: a --resume looks on disk even when Ray knows of none. Newest first by name
+    (the names sort by time), each checked against its manifest; a cut-short or corrupt one is skipped."""
     ckpt = ray.train.get_checkpoint()
-    if ckpt is None:
+    if ckpt is None and not resuming:
         return None
     on_disk = checkpoints_in(run_dir) if run_dir else []
-    candidates = on_disk if Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk]
+    candidates = on_disk if ckpt is None or Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk]
+    if not candidates:
+        return None  # resumed before its first checkpoint: start over
     found = load_latest(candidates)
     if found is None:
         raise RuntimeError(f"no complete checkpoint to resume from in {run_dir}: every one failed its manifest")
@@ -103,4 +106,5 @@ def train_worker(config: dict[str, Any]) -> None:
     cfg = TrainConfig.model_validate(config["train"])
     with heartbeat(config, ctx) as beat:
         run_dir = config.get("run_dir")
-        run_training(cfg, ctx, RayReporter(config.get("sink"), beat), latest_state(run_dir), run_dir)
+        run_training(cfg, ctx, RayReporter(config.get("sink"), beat),
+                     latest_state(run_dir, config.get("resuming", False)), run_dir)

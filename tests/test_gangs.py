@@ -82,7 +82,7 @@ def _kill_rank_1_in_trial(sweep_dir: Path, nth: int, done: threading.Event) -> N
     """SIGKILL rank 1 of the gang shortly after it starts its `nth` trial."""
     while not done.is_set():
         lines = _gang_logs(sweep_dir, 1).splitlines()
-        if sum("orchestrator.gangs: trial " in line and " ended (" not in line for line in lines) >= nth:
+        if sum("orchestrator.gangs: job " in line and " ended (" not in line for line in lines) >= nth:
             pid = int(next(line for line in lines if "ready, pid" in line).rsplit(" ", 1)[1])
             time.sleep(0.5)
             os.kill(pid, signal.SIGKILL)

@@ -118,14 +118,22 @@ def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> 
     return torch.load(Path(folder) / STATE_FILE, map_location=map_location, weights_only=True)
 
 
-def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
+def first_complete(folders: Iterable[str | Path]) -> Path | None:
     """The first checkpoint in `folders` (newest first) that passes its manifest; bad ones are skipped."""
     for folder in folders:
-        try:
-            return Path(folder), load_state(folder)
-        except CheckpointError as exc:
-            log.warning("%s: skipped, trying an older checkpoint", exc)
+        problem = verify(folder)
+        if problem is None:
+            return Path(folder)
+        log.warning("checkpoint %s: %s: skipped, trying an older checkpoint", folder, problem)
     return None
+
+
+def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint in `folders` (newest first) and its state."""
+    found = first_complete(folders)
+    if found is None:
+        return None
+    return found, torch.load(found / STATE_FILE, map_location="cpu", weights_only=True)
 
 
 def checkpoints_in(run_dir: str | Path) -> list[Path]:

@@ -36,6 +36,7 @@ class Desk:
         self.reported = 0  # reports posted for the job in flight
         self.acked = -1  # the newest report the trial let through
         self.closed: str | None = None  # why no job will come any more ("" for the sweep's normal end)
+        self.joins = 0  # how many times a gang (re)started and joined
 
     # --- the trial's side -------------------------------------------------------------------------------
 
@@ -93,8 +94,18 @@ class Desk:
     def join(self) -> None:
         """A gang (re)started: a job it had in flight died with its old workers."""
         with self.cond:
+            self.joins += 1
             if self.job is not None and self.handed:
                 self._end("error", f"{GANG_FAILED}: a worker died (see the gang's logs)")
+            self.cond.notify_all()
+
+    def ready(self, timeout: float) -> bool | str:
+        """True once a gang has joined, a message if the desk closed first, False if neither within `timeout`."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.joins > 0 or self.closed is not None, timeout)
+            if self.closed is not None:
+                return self.closed or "closed"
+            return self.joins > 0
 
     def next_job(self, timeout: float) -> dict[str, Any] | None:
         """The job to run, {"closed": why} when the sweep is over, None when nothing came within `timeout`."""
@@ -116,6 +127,13 @@ class Desk:
                 self.reported += 1
                 self.cond.notify_all()
             return index
+
+    def row(self, seq: int, row: dict[str, float]) -> None:
+        """A launch's metrics row (sweep trials send reports only)."""
+        with self.cond:
+            if seq == self.seq and self.job is not None:
+                self.outbox.append({"kind": "row", "row": row})
+                self.cond.notify_all()
 
     def verdict(self, seq: int, index: int, timeout: float) -> str | None:
         """GO, STOP, or None while the trial has not decided (ask again)."""

@@ -39,6 +39,10 @@ class TrialStopped(Exception):
     """Tune stopped (or paused) the trial this gang was running: leave the loop, take the next job."""
 
 
+class JobFailed(RuntimeError):
+    """The gang ended the job with an error (the job's own, or its worker group's)."""
+
+
 def agree(is_main: bool, distributed: bool, device: Any, ask: Callable[[], Any]) -> Any:
     """Rank 0 asks the desk and every rank gets the answer, repeated while it is None (nothing yet), so that
     no rank waits in a single collective for longer than one poll."""
@@ -63,7 +67,8 @@ class GangReporter:
         self.staging = Path(job["staging"])
 
     def log(self, row: dict[str, float]) -> None:
-        pass
+        if self.job.get("rows"):  # a launch shows and keeps every row; a sweep trial's reports are enough
+            self.desk.row.remote(self.job["seq"], row)
 
     def progress(self, step: int) -> None:
         pass
@@ -91,10 +96,11 @@ def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
     from trainables.run import run_training
 
     cfg = TrainConfig.model_validate(job["train"])
-    log.info("trial %s: %s", job["trial_id"], job["sampled"])
+    log.info("job %s: rank %d of %d on a warm worker group, pid %d, %s", job["trial_id"], ctx.rank,
+             ctx.world_size, os.getpid(), job.get("sampled", {}))
     resume = load_state(job["resume"]) if job.get("resume") else None
     try:
-        run_training(cfg, ctx, GangReporter(desk, job, ctx), resume)
+        run_training(cfg, ctx, GangReporter(desk, job, ctx), resume, job.get("run_dir"))
         return "done", ""
     except TrialStopped:
         return "stopped", ""
@@ -102,6 +108,20 @@ def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
         return "error", f"{type(exc).__name__}: {exc}"
     finally:
         free_cuda_memory()
+
+
+@contextmanager
+def job_logs(rank: int, job_dir: str | None, gang_dir: str) -> Iterator[None]:
+    """A launch's job logs into its own run folder (logs/rank-N.log), as on a worker group of its own."""
+    from orchestrator.logs import setup_rank_logging
+
+    if job_dir:
+        setup_rank_logging(rank, job_dir)
+    try:
+        yield
+    finally:
+        if job_dir:
+            setup_rank_logging(rank, gang_dir)
 
 
 def free_cuda_memory() -> None:
@@ -123,9 +143,13 @@ def gang_worker(config: dict[str, Any]) -> None:
 
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config["log_dir"])
-    import trainables.run  # noqa: F401  (the loop's imports, once, before the first trial rather than in it)
+    # The loop's imports, once, before the first job rather than in it; torch.optim imports torch._dynamo when
+    # the first optimizer is built (1-2 s).
+    import torch._dynamo  # noqa: F401
 
-    desk = ray.get_actor(config["desk"])
+    import trainables.run  # noqa: F401
+
+    desk = ray.get_actor(config["desk"], namespace=config.get("desk_namespace"))
     if ctx.is_main:
         ray.get(desk.join.remote())
     log.info("gang worker %d of %d ready, pid %d", ctx.rank, ctx.world_size, os.getpid())
@@ -135,11 +159,12 @@ def gang_worker(config: dict[str, Any]) -> None:
             return
         started = time.perf_counter()
         try:
-            kind, message = run_job(job, ctx, desk)
+            with job_logs(ctx.rank, job.get("log_dir"), config["log_dir"]):
+                kind, message = run_job(job, ctx, desk)
         except Exception as exc:
             desk.end.remote(job["seq"], "error", f"{GANG_FAILED}: rank {ctx.rank}: {type(exc).__name__}: {exc}")
             raise
-        log.info("trial %s ended (%s) after %.2f s", job["trial_id"], kind, time.perf_counter() - started)
+        log.info("job %s ended (%s) after %.2f s", job["trial_id"], kind, time.perf_counter() - started)
         if ctx.is_main:
             ray.get(desk.end.remote(job["seq"], kind, message))
 
@@ -159,10 +184,10 @@ class KeepAlive(Periodic):
         self.desk.alive.remote(self.trial_id)
 
 
-def claim(desk_names: list[str], trial_id: str, timeout_s: float = 600.0) -> Any:
-    """A free gang's desk for this trial. Tune runs no more trials at once than there are gangs, so one
-    frees up as soon as the trial before it has left."""
-    desks = [ray.get_actor(name) for name in desk_names]
+def claim(desk_names: list[str], trial_id: str, timeout_s: float = 600.0, namespace: str | None = None) -> Any:
+    """A free gang's desk for this job. Tune runs no more trials at once than there are gangs, so one frees
+    up as soon as the trial before it has left; a launch waits for the pool's job before it to end."""
+    desks = [ray.get_actor(name, namespace=namespace) for name in desk_names]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for desk in desks:
@@ -170,42 +195,59 @@ def claim(desk_names: list[str], trial_id: str, timeout_s: float = 600.0) -> Any
             if answer is True:
                 return desk
             if isinstance(answer, str):
-                raise RuntimeError(f"the sweep's worker groups are gone: {answer}")
+                raise JobFailed(f"the warm worker groups are gone: {answer}")
         time.sleep(0.05)
     raise RuntimeError(f"no worker group came free within {timeout_s:.0f} s")
 
 
-def relay(desk: Any, trial_id: str) -> None:
-    """Pass the gang's reports to Tune until its job ends. tune.report returns when Tune lets the trial go
-    on, and raises SystemExit in this thread when Tune stops it (the caller's `finally` lets go of the desk)."""
-    from ray import tune
-
+def relay(desk: Any, trial_id: str, on_report: Callable[[dict[str, Any], str | None], None],
+          on_row: Callable[[dict[str, float]], None] | None = None) -> None:
+    """Pass the gang's rows and reports on until its job ends. Each report is acknowledged once `on_report`
+    returns, which lets the gang train on (for a sweep: once Tune let the trial continue)."""
     while True:
         for item in ray.get(desk.take.remote(trial_id, POLL_S)):
             if item["kind"] == "done":
                 return
+            if item["kind"] == "row":
+                if on_row is not None:
+                    on_row(item["row"])
+                continue
             if item["kind"] != "report":
-                raise RuntimeError(item["message"] or f"the worker group ended the trial ({item['kind']})")
-            path = item["path"]
-            tune.report(item["metrics"], checkpoint=tune.Checkpoint.from_directory(path) if path else None)
-            if path:
-                shutil.rmtree(path, ignore_errors=True)  # Tune keeps its own copy
+                raise JobFailed(item["message"] or f"the worker group ended the job ({item['kind']})")
+            on_report(item["metrics"], item["path"])
             ray.get(desk.ack.remote(trial_id, item["index"]))
 
 
-def serve_trial(desk_names: list[str], job: dict[str, Any]) -> None:
-    """Run one Tune trial on a gang: claim, submit, relay, let go."""
+def to_tune(metrics: dict[str, Any], path: str | None) -> None:
+    """A sweep trial's report: tune.report returns when Tune lets the trial go on, and raises SystemExit in
+    this thread when Tune stops it (serve's `finally` lets go of the desk)."""
+    from ray import tune
+
+    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path) if path else None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)  # Tune keeps its own copy
+
+
+def serve(desk_names: list[str], job: dict[str, Any], on_report: Callable[[dict[str, Any], str | None], None],
+          on_row: Callable[[dict[str, float]], None] | None = None, claim_timeout_s: float = 600.0,
+          namespace: str | None = None) -> None:
+    """Run one job (a sweep trial, or a launch) on a gang: claim, submit, relay, let go."""
     trial_id = job["trial_id"]
-    # One line per checkpoint from Ray ("Checkpoint successfully created") is noise in a sweep's output.
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-    desk = claim(desk_names, trial_id)
+    desk = claim(desk_names, trial_id, claim_timeout_s, namespace)
     try:
         with KeepAlive(desk, trial_id):
             ray.get(desk.submit.remote(trial_id, job))
-            relay(desk, trial_id)
+            relay(desk, trial_id, on_report, on_row)
     finally:
         desk.release.remote(trial_id)
-        shutil.rmtree(job["staging"], ignore_errors=True)  # reports Tune never took
+        shutil.rmtree(job["staging"], ignore_errors=True)  # reports nobody took
+
+
+def serve_trial(desk_names: list[str], job: dict[str, Any]) -> None:
+    """Run one Tune trial on one of the sweep's gangs."""
+    # One line per checkpoint from Ray ("Checkpoint successfully created") is noise in a sweep's output.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+    serve(desk_names, job, to_tune)
 
 
 # --- the driver's side ------------------------------------------------------------------------------------
