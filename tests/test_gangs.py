@@ -109,7 +109,7 @@ def test_a_nan_trial_keeps_the_gang_and_a_killed_worker_costs_one_trial(ray_loca
     # The killed trial fails with what its surviving rank saw (its peer gone mid-collective), or, if the
     # kill landed between collectives, with the restarted group's note: both say the group failed.
     killed = [e for e in errors if "NonFiniteLoss" not in e]
-    assert "the worker group failed in this trial" in killed[0], killed
+    assert "the worker group failed in this job" in killed[0], killed
     trials = pd.read_parquet(result.path / "trials.parquet")
     finished = trials[trials["error"].isna()].groupby("trial")["val_acc"].last()
     assert len(finished) == 2 and (finished > 0.9).all(), finished

@@ -18,7 +18,7 @@ import ray
 
 LEASE_S = 15.0  # a trial silent this long is gone (its actor was killed): its job is stopped, the desk freed
 GO, STOP = "go", "stop"
-GANG_FAILED = "the worker group failed in this trial (Ray Train restarts it for the next one)"
+GANG_FAILED = "the worker group failed in this job (Ray Train restarts it for the next one)"
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)
