@@ -27,7 +27,10 @@ from common import log_stamp, provenance, write_result
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-CLI = str(Path(sys.executable).parent / "orchestrator")
+SCRIPT = Path(sys.executable).parent / "orchestrator"
+# The installed entry point, as a user runs it; `python -m orchestrator` where the project is only on
+# PYTHONPATH (the lent GPU machine).
+CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "orchestrator"]
 JOB = {"model": "digits-cnn", "max_steps": 1, "epochs": 1}
 # rank-0 log line -> phase name (the first line holding the text stamps the phase)
 PHASES = {"rank 0 of": "worker started", "parameters on": "data + model built",
@@ -58,14 +61,14 @@ def timed(command: list[str], cwd: Path, log: Path) -> dict[str, float]:
 def torchrun(tmp: Path, port: int) -> dict[str, float]:
     out = tmp / "torchrun"
     shutil.rmtree(out, ignore_errors=True)
-    command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2", "--master-port", str(port),
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
                str(BENCH / "torchrun_entry.py"), json.dumps(JOB), str(out)]
     return timed(command, tmp, out / "logs" / "rank-0.log")
 
 
 def orchestrator(tmp: Path, name: str, address: str | None = None) -> dict[str, float]:
     join = ["--address", address] if address else []
-    command = [CLI, "launch", "--workers", "2", "--quiet", "--name", name, *join,
+    command = [*CLI, "launch", "--workers", "2", "--quiet", "--name", name, *join,
                *[f"--{k.replace('_', '-')}={v}" for k, v in JOB.items()]]
     return timed(command, tmp, tmp / "runs" / name / "logs" / "rank-0.log")
 
@@ -73,21 +76,21 @@ def orchestrator(tmp: Path, name: str, address: str | None = None) -> dict[str, 
 @contextlib.contextmanager
 def running_local_ray(port: int) -> Iterator[str]:
     spec = str(REPO / "cluster" / "examples" / "local.yaml")
-    subprocess.run([CLI, "cluster", "up", spec, "--port", str(port)], check=True, capture_output=True)
+    subprocess.run([*CLI, "cluster", "up", spec, "--port", str(port)], check=True, capture_output=True)
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([CLI, "cluster", "down"], check=True, capture_output=True)
+        subprocess.run([*CLI, "cluster", "down"], check=True, capture_output=True)
 
 
 @contextlib.contextmanager
 def warm_pool(address: str, cwd: Path) -> Iterator[None]:
-    subprocess.run([CLI, "pool", "up", "--address", address, "--workers", "2"], check=True, capture_output=True,
+    subprocess.run([*CLI, "pool", "up", "--address", address, "--workers", "2"], check=True, capture_output=True,
                    cwd=cwd)
     try:
         yield
     finally:
-        subprocess.run([CLI, "pool", "down", "--address", address], check=True, capture_output=True)
+        subprocess.run([*CLI, "pool", "down", "--address", address], check=True, capture_output=True)
 
 
 def main() -> int:

@@ -143,11 +143,15 @@ def gang_worker(config: dict[str, Any]) -> None:
 
     ctx = ray_context()
     setup_rank_logging(ctx.rank, config["log_dir"])
-    # The loop's imports, once, before the first job rather than in it; torch.optim imports torch._dynamo when
-    # the first optimizer is built (1-2 s).
+    # What every job would pay first, paid once before the first job: the loop's imports (torch.optim imports
+    # torch._dynamo when the first optimizer is built: 1-2 s) and the CUDA context (seconds).
+    import torch
     import torch._dynamo  # noqa: F401
 
     import trainables.run  # noqa: F401
+
+    if ctx.device.type == "cuda":
+        torch.empty(1, device=ctx.device)
 
     desk = ray.get_actor(config["desk"], namespace=config.get("desk_namespace"))
     if ctx.is_main:
