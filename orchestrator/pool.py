@@ -31,7 +31,7 @@ from cluster.plan import Plan
 from orchestrator.config import LaunchConfig
 from orchestrator.sweeps.desk import Desk
 from orchestrator.sweeps.gangs import JobFailed, gang_worker, serve
-from trainables.checkpoint import checkpoints_in, first_complete
+from trainables.checkpoint import checkpoints_in
 from trainables.errors import ConfigError, RunFailed
 
 log = logging.getLogger(__name__)
@@ -163,9 +163,8 @@ def run_on_pool(cfg: LaunchConfig, run_dir: Path, resume: bool) -> tuple[list[di
     """Run the launch's training as one job on the pool; returns its rows and its latest checkpoint."""
     from orchestrator.progress import progress_bar
 
-    start_from = first_complete(checkpoints_in(run_dir)) if resume else None
     job = {"trial_id": run_dir.name, "train": cfg.train.model_dump(mode="json"), "rows": True,
-           "resume": str(start_from) if start_from else None, "staging": str(run_dir / ".staging"),
+           "resume": [str(p) for p in checkpoints_in(run_dir)] if resume else [], "staging": str(run_dir / ".staging"),
            "log_dir": str(run_dir / "logs"), "run_dir": str(run_dir)}
     rows: list[dict[str, float]] = []
     bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)

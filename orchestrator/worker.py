@@ -17,7 +17,7 @@ import ray.train.torch
 
 from orchestrator.logs import setup_rank_logging
 from orchestrator.watchdog import Heartbeat
-from trainables.checkpoint import checkpoints_in, load_latest
+from trainables.checkpoint import checkpoints_in, resume_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.run import run_training
@@ -74,14 +74,7 @@ def latest_state(run_dir: str | None, resuming: bool = False) -> dict[str, Any] 
     if ckpt is None and not resuming:
         return None
     on_disk = checkpoints_in(run_dir) if run_dir else []
-    candidates = on_disk if ckpt is None or Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk]
-    if not candidates:
-        return None  # resumed before its first checkpoint: start over
-    found = load_latest(candidates)
-    if found is None:
-        raise RuntimeError(f"no complete checkpoint to resume from in {run_dir}: every one failed its manifest")
-    log.info("resuming from %s", found[0])
-    return found[1]
+    return resume_state(on_disk if ckpt is None or Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk])
 
 
 def heartbeat(config: dict[str, Any], ctx: DistContext) -> contextlib.AbstractContextManager:

@@ -27,8 +27,7 @@ def local_cluster():
 
 
 def launch(cwd: Path, *args: str):
-    proc = run_cli("launch", *JOB, *args, cwd=cwd)
-    return proc
+    return run_cli("launch", *JOB, *args, cwd=cwd)
 
 
 def pool_pid(run_dir: Path) -> int | None:

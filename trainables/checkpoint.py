@@ -118,22 +118,27 @@ def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> 
     return torch.load(Path(folder) / STATE_FILE, map_location=map_location, weights_only=True)
 
 
-def first_complete(folders: Iterable[str | Path]) -> Path | None:
+def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
     """The first checkpoint in `folders` (newest first) that passes its manifest; bad ones are skipped."""
     for folder in folders:
-        problem = verify(folder)
-        if problem is None:
-            return Path(folder)
-        log.warning("checkpoint %s: %s: skipped, trying an older checkpoint", folder, problem)
+        try:
+            return Path(folder), load_state(folder)
+        except CheckpointError as exc:
+            log.warning("%s: skipped, trying an older checkpoint", exc)
     return None
 
 
-def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest complete checkpoint in `folders` (newest first) and its state."""
-    found = first_complete(folders)
-    if found is None:
+def resume_state(folders: list[Path]) -> dict[str, Any] | None:
+    """The state a run resumes from: the newest complete checkpoint of `folders` (newest first). None when
+    there are none (resumed before its first checkpoint: it starts over); an error when every one is bad."""
+    if not folders:
         return None
-    return found, torch.load(found / STATE_FILE, map_location="cpu", weights_only=True)
+    found = load_latest(folders)
+    if found is None:
+        raise CheckpointError(f"no complete checkpoint to resume from in {folders[0].parent}:"
+                              " every one failed its manifest")
+    log.info("resuming from %s", found[0])
+    return found[1]
 
 
 def checkpoints_in(run_dir: str | Path) -> list[Path]:

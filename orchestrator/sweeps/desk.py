@@ -36,7 +36,7 @@ class Desk:
         self.reported = 0  # reports posted for the job in flight
         self.acked = -1  # the newest report the trial let through
         self.closed: str | None = None  # why no job will come any more ("" for the sweep's normal end)
-        self.joins = 0  # how many times a gang (re)started and joined
+        self.joined = False  # a gang has started and joined (ready for jobs)
 
     # --- the trial's side -------------------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class Desk:
     def join(self) -> None:
         """A gang (re)started: a job it had in flight died with its old workers."""
         with self.cond:
-            self.joins += 1
+            self.joined = True
             if self.job is not None and self.handed:
                 self._end("error", f"{GANG_FAILED}: a worker died (see the gang's logs)")
             self.cond.notify_all()
@@ -102,10 +102,10 @@ class Desk:
     def ready(self, timeout: float) -> bool | str:
         """True once a gang has joined, a message if the desk closed first, False if neither within `timeout`."""
         with self.cond:
-            self.cond.wait_for(lambda: self.joins > 0 or self.closed is not None, timeout)
+            self.cond.wait_for(lambda: self.joined or self.closed is not None, timeout)
             if self.closed is not None:
                 return self.closed or "closed"
-            return self.joins > 0
+            return self.joined
 
     def next_job(self, timeout: float) -> dict[str, Any] | None:
         """The job to run, {"closed": why} when the sweep is over, None when nothing came within `timeout`."""

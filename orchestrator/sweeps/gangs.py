@@ -90,7 +90,7 @@ class GangReporter:
 
 def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
     """Run one trial's loop on this gang; returns how it ended ("done", "stopped", "error") and why."""
-    from trainables.checkpoint import load_state
+    from trainables.checkpoint import resume_state
     from trainables.config import TrainConfig
     from trainables.health import NonFiniteLoss
     from trainables.run import run_training
@@ -98,7 +98,7 @@ def run_job(job: dict[str, Any], ctx: Any, desk: Any) -> tuple[str, str]:
     cfg = TrainConfig.model_validate(job["train"])
     log.info("job %s: rank %d of %d on a warm worker group, pid %d, %s", job["trial_id"], ctx.rank,
              ctx.world_size, os.getpid(), job.get("sampled", {}))
-    resume = load_state(job["resume"]) if job.get("resume") else None
+    resume = resume_state([Path(p) for p in job["resume"]])  # newest first; checked here, where it is read
     try:
         run_training(cfg, ctx, GangReporter(desk, job, ctx), resume, job.get("run_dir"))
         return "done", ""

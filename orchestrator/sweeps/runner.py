@@ -83,7 +83,7 @@ def trial_on_gang(config: dict[str, Any]) -> None:
     prefix = config[DESKS_KEY]
     desks = sorted(name for name in ray.util.list_named_actors() if name.startswith(prefix))
     job = {"trial_id": trial_id, "train": cfg.train.model_dump(mode="json"), "sampled": sampled_values(config),
-           "resume": resume.path if resume else None,
+           "resume": [resume.path] if resume else [],
            "staging": str(Path(config[TRIALS_KEY]) / trial_id / "staging")}
     serve_trial(desks, job)
 
