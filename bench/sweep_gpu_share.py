@@ -1,5 +1,5 @@
 """One-worker sweep trials sharing a GPU by fraction (gpus_per_worker 0.5): how many ran at once, each
-trial's span (on warm gangs: from the gangs' logs), and that no placement group is left afterwards. Needs a GPU.
+trial's span (on warm groups: from the groups' logs), and that no placement group is left afterwards. Needs a GPU.
 
     python3 bench/sweep_gpu_share.py --out bench/results/sweep_gpu_share_h200.json
 """
@@ -29,14 +29,14 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
-def gang_spans(sweep_dir: Path) -> list[tuple[float, float]]:
-    """Each trial's span on its gang, to the millisecond, from the gang's log lines that start and end it
+def warm_spans(sweep_dir: Path) -> list[tuple[float, float]]:
+    """Each trial's span on its warm group, to the millisecond, from the group's log lines that start and end it
     ("job ID: rank 0 of ...", "job ID ended (done) after ..."). Tune's stamps are whole seconds, too coarse here."""
     starts: dict[str, float] = {}
     spans = []
-    for log in sweep_dir.glob("gangs/gang-*/logs/rank-0.log"):
+    for log in sweep_dir.glob("warm-groups/group-*/logs/rank-0.log"):
         for line in log.read_text().splitlines():
-            found = re.search(r"orchestrator\.gangs: job (\S+?)(:| ended)", line)
+            found = re.search(r"orchestrator\.warm: job (\S+?)(:| ended)", line)
             if found and found.group(2) == ":":
                 starts[found.group(1)] = log_stamp(line)
             elif found:
@@ -61,16 +61,15 @@ def main() -> int:
     import ray
 
     from cluster.spec import load_spec
-    from orchestrator.launcher import DEFAULT_SPEC
-    from orchestrator.local_ray import start_local
+    from orchestrator.raytrain.session import start_local
 
     os.chdir(tempfile.mkdtemp())
-    start_local(load_spec(DEFAULT_SPEC))  # held here, so the sweep reuses it and we can look afterwards
+    start_local(load_spec())  # held here, so the sweep reuses it and we can look afterwards
     result = orchestrator.sweep(CONFIG, quiet=True)
-    gangs = gang_spans(result.path)
-    spans = gangs or tune_spans(result.results)
+    warm = warm_spans(result.path)
+    spans = warm or tune_spans(result.results)
     left = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
-    report = {"mode": "gangs" if gangs else "fresh",
+    report = {"mode": "warm groups" if warm else "fresh",
               "trials": len(spans), "planned_concurrency": result.concurrency, "most_at_once": most_at_once(spans),
               "trial_spans_s": [round(end - start, 1) for start, end in spans],
               "best_val_acc": result.best_metric, "placement_groups_left": len(left),

@@ -1,4 +1,4 @@
-"""How much of a sweep's wall time the trials spend training: warm worker groups ("gangs", the default)
+"""How much of a sweep's wall time the trials spend training: warm groups (the default)
 vs a fresh Ray Train run per trial, side by side in one run.
 
 Runs a sweep (default: tests/data/sweeps/asha_digits.yaml, 8 ASHA trials of 2 workers on this machine) once
@@ -30,8 +30,8 @@ DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
 
 
 def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
-    from orchestrator.sweeps.api import sweep
     from orchestrator.sweeps.config import SweepConfig
+    from orchestrator.sweeps.sweep import sweep
 
     cfg = yaml.safe_load(config.read_text())
     if quick:  # CI-sized: 2 trials of 1 epoch
@@ -39,7 +39,7 @@ def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
         cfg["base"]["train"]["epochs"] = 1
     if epochs:
         cfg["base"]["train"]["epochs"] = epochs
-    cfg["name"] = f"{cfg.get('name', 'bench')}-{'gangs' if reuse else 'fresh'}-{int(time.time())}"
+    cfg["name"] = f"{cfg.get('name', 'bench')}-{'warm' if reuse else 'fresh'}-{int(time.time())}"
     cfg["reuse_workers"] = reuse
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # sweeps/ goes here and is deleted after
@@ -53,7 +53,7 @@ def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
     first = trials[trials["training_iteration"] == 1]
     before_first = max(0.0, float((first["timestamp"] - first["train_time_s"]).min()) - started_at)
     return {
-        "mode": "gangs" if reuse else "fresh",
+        "mode": "warm" if reuse else "fresh",
         "trials": int(trials["trial"].nunique()),
         "stopped_early": int(trials.groupby("trial")["stopped_early"].first().sum()),
         "concurrent_trials": concurrency,
@@ -85,18 +85,18 @@ def main() -> int:
             ("step fraction (goal >= 0.8)", lambda m: f"{m['step_fraction']:.3f}"),
             ("  from the first step on", lambda m: f"{m['step_fraction_after_first_step']:.3f}"),
             ("trials per minute", lambda m: f"{m['trials_per_minute']:.2f}")]
-    print(f"{'':<30}{'gangs':>10}{'fresh':>10}")
+    print(f"{'':<30}{'warm':>10}{'fresh':>10}")
     for label, show in rows:
-        print(f"{label:<30}{show(modes['gangs']):>10}{show(modes['fresh']):>10}")
-    speedup = modes["gangs"]["trials_per_minute"] / modes["fresh"]["trials_per_minute"]
-    print(f"trials per minute, gangs / fresh: {speedup:.2f}")
-    gangs = modes["gangs"]
+        print(f"{label:<30}{show(modes['warm']):>10}{show(modes['fresh']):>10}")
+    speedup = modes["warm"]["trials_per_minute"] / modes["fresh"]["trials_per_minute"]
+    print(f"trials per minute, warm groups / fresh: {speedup:.2f}")
+    warm = modes["warm"]
     write_result({
         "config": str(config.relative_to(REPO)) if config.is_relative_to(REPO) else str(config),
         "quick": args.quick, "epochs": args.epochs,
-        # the headline numbers are the default mode's (gangs); both modes in full under "modes"
-        "trials": gangs["trials"], "wall_s": gangs["wall_s"], "step_fraction": gangs["step_fraction"],
-        "trials_per_minute": gangs["trials_per_minute"], "gangs_over_fresh_trials_per_minute": round(speedup, 2),
+        # the headline numbers are the default mode's (warm groups); both modes in full under "modes"
+        "trials": warm["trials"], "wall_s": warm["wall_s"], "step_fraction": warm["step_fraction"],
+        "trials_per_minute": warm["trials_per_minute"], "warm_over_fresh_trials_per_minute": round(speedup, 2),
         "modes": modes, "cpus": os.cpu_count(), **provenance(),
     }, out)
     return 0

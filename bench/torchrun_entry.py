@@ -12,7 +12,7 @@ import sys
 
 import torch.distributed as dist
 
-from orchestrator.logs import setup_rank_logging
+from orchestrator.raytrain.logs import setup_rank_logging
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.local import LocalReporter

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from cluster.spec import ClusterSpec, NodeGroup
-from trainables.errors import ConfigError
+from groundwork.errors import ConfigError
 
 Placement = Literal["pack", "spread", "strict-pack", "strict-spread"]
 RAY_STRATEGY: dict[str, str] = {
@@ -24,27 +24,16 @@ def group_resource(group: str) -> str:
 
 @dataclass(frozen=True)
 class JobRequest:
+    """What a job asks of the cluster. Built from a launch config that is already validated (its fields and
+    their cross-field rules live on orchestrator.config.LaunchConfig), so nothing is checked again here: the
+    plan only checks the request against the spec."""
+
     workers: int = 1
     gpus_per_worker: float = 0  # a whole number, or a fraction < 1 for one worker sharing a GPU (sweep trials)
     cpus_per_worker: int | None = None  # None: share each node's CPUs among the workers placed on it
     placement: Placement = "pack"
     node_group: str | None = None
     nccl_debug: str | None = None  # e.g. INFO, WARN
-
-    def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ConfigError(f"workers={self.workers}: need at least 1 worker")
-        if self.gpus_per_worker < 0:
-            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g}: must be 0 (CPU) or more")
-        if self.gpus_per_worker > 1 and self.gpus_per_worker != int(self.gpus_per_worker):
-            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g}: above 1 it must be a whole number")
-        if 0 < self.gpus_per_worker < 1 and self.workers > 1:
-            raise ConfigError(f"gpus_per_worker={self.gpus_per_worker:g} shares a GPU, which only a 1-worker job"
-                              f" may do (NCCL refuses two ranks on one GPU): workers is {self.workers}")
-        if self.cpus_per_worker is not None and self.cpus_per_worker < 1:
-            raise ConfigError(f"cpus_per_worker={self.cpus_per_worker}: must be at least 1")
-        if self.placement not in RAY_STRATEGY:
-            raise ConfigError(f"placement={self.placement!r}: choose one of {sorted(RAY_STRATEGY)}")
 
 
 @dataclass(frozen=True)

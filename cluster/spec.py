@@ -13,9 +13,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cluster.detect import detect
-from cluster.yamlio import read_yaml, validate_doc
+from groundwork.yamlio import read_yaml, validate_doc
 
 _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
+DEFAULT_SPEC = Path(__file__).resolve().parent / "examples" / "local.yaml"  # this machine, all `auto`
 
 
 class _Strict(BaseModel):
@@ -161,6 +162,7 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
-def load_spec(path: str | Path) -> ClusterSpec:
-    """Read and validate a cluster YAML; any problem is one ConfigError line naming file, line and field."""
-    return validate_doc(ClusterSpec, read_yaml(path))
+def load_spec(path: str | Path | None = None) -> ClusterSpec:
+    """Read and validate a cluster YAML (default: this machine's); any problem is one ConfigError line naming
+    file, line and field."""
+    return validate_doc(ClusterSpec, read_yaml(path or DEFAULT_SPEC))

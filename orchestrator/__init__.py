@@ -4,25 +4,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.auth import present_token
+from orchestrator.raytrain.auth import present_token
 
 present_token()  # before the user's `import ray`, which reads it
 
 if TYPE_CHECKING:
-    from orchestrator.launcher import RunResult
+    from orchestrator.launcher.launch import RunResult
+    from orchestrator.sweeps.tuner import SweepResult
 
 __all__ = ["launch", "sweep"]
 
 
 def launch(config: str | None = None, resume: str | None = None, **settings: Any) -> RunResult:
-    """See orchestrator.api.launch. Imported lazily so `import orchestrator` stays cheap."""
-    from orchestrator.api import launch as _launch
+    """See orchestrator.api.launch."""
+    from orchestrator.api import launch as _launch  # deferred: `import orchestrator` stays cheap (no Ray, torch)
 
     return _launch(config, resume, **settings)
 
 
-def sweep(config: Any = None, resume: str | None = None, quiet: bool = False) -> Any:
-    """See orchestrator.sweeps.api.sweep: run or resume a sweep, return its SweepResult."""
-    from orchestrator.sweeps.api import sweep as _sweep
+def sweep(config: Any = None, resume: str | None = None, quiet: bool = False) -> SweepResult:
+    """See orchestrator.api.sweep: run or resume a sweep, return its SweepResult."""
+    from orchestrator.api import sweep as _sweep  # deferred: `import orchestrator` stays cheap (no Ray, torch)
 
     return _sweep(config, resume, quiet)

@@ -1,41 +1,17 @@
-"""The Python API mirrors the CLI: `orchestrator.launch(model="digits-cnn", workers=2, epochs=3)`."""
+"""The Python API mirrors the CLI: `orchestrator.launch(model="digits-cnn", workers=2, epochs=3)` and
+`orchestrator.sweep("sweep.yaml")`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from cluster.yamlio import validation_message
-from orchestrator.config import LaunchConfig, load_launch_config
-from orchestrator.launcher import RunResult, merge, resumed_config
-from orchestrator.launcher import launch as launch_config
-from trainables.config import TrainConfig
-from trainables.errors import ConfigError
-
-
-def split_overrides(flat: dict[str, Any]) -> dict[str, Any]:
-    """Route flat keyword arguments to TrainConfig or LaunchConfig fields; unknown ones are errors."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        if key in TrainConfig.model_fields:
-            out.setdefault("train", {})[key] = value
-        elif key in LaunchConfig.model_fields and key != "train":
-            out[key] = value
-        else:
-            raise ConfigError(f"unknown setting {key!r}: see `orchestrator launch --help` for the settings")
-    return out
-
-
-def build_config(overrides: dict[str, Any], config_file: str | None = None,
-                 resume: str | None = None) -> LaunchConfig:
-    try:
-        if resume:
-            return resumed_config(resume, {**overrides, "name": resume}, overrides.get("cluster"))
-        base = load_launch_config(config_file) if config_file else LaunchConfig()
-        return merge(base, overrides)
-    except ValidationError as exc:
-        raise ConfigError(validation_message(exc, None, "settings")) from None
+from orchestrator.config import resolve_launch, split_overrides
+from orchestrator.launcher.launch import RunResult
+from orchestrator.launcher.launch import launch as launch_run
+from orchestrator.sweeps.config import SweepConfig
+from orchestrator.sweeps.sweep import sweep as run_sweep
+from orchestrator.sweeps.tuner import SweepResult
 
 
 def launch(config: str | None = None, resume: str | None = None, **settings: Any) -> RunResult:
@@ -43,5 +19,11 @@ def launch(config: str | None = None, resume: str | None = None, **settings: Any
 
     `config` is a launch YAML (e.g. a sweep's best.yaml); `resume` the name of a run to continue;
     every other keyword is a TrainConfig or LaunchConfig field."""
-    cfg = build_config(split_overrides(settings), config, resume)
-    return launch_config(cfg, resume=resume is not None)
+    cfg = resolve_launch(split_overrides(settings), config, resume)
+    return launch_run(cfg, resume=resume is not None)
+
+
+def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None,
+          quiet: bool = False) -> SweepResult:
+    """Run (or, with resume=NAME, continue) a sweep and write its results."""
+    return run_sweep(config, resume, quiet)

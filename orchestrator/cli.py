@@ -1,15 +1,31 @@
-"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool. Bad input is one line on stderr and exit code 2."""
+"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool. Bad input is one line on stderr and exit code 2.
+
+Each command imports what it needs when it runs (the imports marked `deferred: per command`): parsing the
+flags and refusing a bad one needs neither torch nor Ray, which take seconds to import."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.config import LaunchConfig
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cluster.launcher import render
+from cluster.plan import plan
+from cluster.spec import ClusterSpec, load_spec
+from groundwork.errors import ConfigError, RunFailed
+from orchestrator.admin.doctor import doctor, print_pairs
+from orchestrator.admin.nodes import down, up
+from orchestrator.config import LaunchConfig, resolve_launch
 from orchestrator.flags import add_model_flags, overrides_from
+from orchestrator.raytrain.auth import present_token
+from orchestrator.sweeps.config import SweepConfig
 from trainables.config import TrainConfig
-from trainables.errors import ConfigError, RunFailed
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -66,17 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from(args: argparse.Namespace) -> LaunchConfig:
-    from orchestrator.api import build_config
-
-    return build_config(overrides_from(args, "o."), args.config, args.resume)
+    return resolve_launch(overrides_from(args, "o."), args.config, args.resume)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    cfg = _config_from(args)  # first: a bad setting is refused before torch and Ray are imported
+    from orchestrator.launcher.launch import launch  # deferred: per command (imports torch and Ray)
 
-    from orchestrator.launcher import launch
-
-    result = launch(_config_from(args), resume=args.resume is not None)
+    result = launch(cfg, resume=args.resume is not None)
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss", "loss"))
     Console(stderr=True).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s: {metrics}\n"
                                f"  results: {result.path}")
@@ -84,16 +97,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import json
 
-    from orchestrator.sweeps.config import SweepConfig
 
     if args.schema:
         print(json.dumps(SweepConfig.model_json_schema(), indent=2))
         return 0
-    from rich.console import Console
 
-    from orchestrator.sweeps.api import sweep
+    from orchestrator.sweeps.sweep import sweep  # deferred: per command (imports Ray)
 
     result = sweep(args.config, resume=args.resume, quiet=args.quiet)
     Console(stderr=True).print(
@@ -103,13 +113,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from cluster.plan import plan
-    from orchestrator.launcher import cluster_spec, job_request
 
     cfg = _config_from(args)
-    the_plan = plan(cluster_spec(cfg), job_request(cfg))
-    from orchestrator.doctor import print_pairs
-
+    the_plan = plan(load_spec(cfg.cluster), cfg.job_request())
     print_pairs("plan", the_plan.describe())
     if cfg.train.strategy == "model-parallel":
         _print_stages(cfg, max(1, int(the_plan.gpus_per_worker)))
@@ -117,12 +123,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_stages(cfg: LaunchConfig, devices_per_worker: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
-    from trainables.data import build_datasets
-    from trainables.models import model_entry
-    from trainables.parallel.pipeline import estimate_stages
+    from trainables.data import build_datasets  # deferred: per command (imports torch)
+    from trainables.models import model_entry  # deferred: per command (imports torch)
+    from trainables.parallel.pipeline import estimate_stages  # deferred: per command (imports torch)
 
     t = cfg.train
     _, _, meta = build_datasets(t, t.dataset or model_entry(t.model).default_dataset)
@@ -138,32 +142,29 @@ def _print_stages(cfg: LaunchConfig, devices_per_worker: int) -> None:
 
 def cmd_pool(args: argparse.Namespace) -> int:
     if args.pool_command == "down":
-        from orchestrator.pool import pool_down
+        from orchestrator.warm.pool import pool_down  # deferred: per command (imports Ray)
 
         pool_down(args.address)
         print(f"the warm pool at {args.address} is down")
         return 0
-    from orchestrator.api import build_config
-    from orchestrator.launcher import checked_plan
-    from orchestrator.pool import pool_up
+    cfg = resolve_launch(overrides_from(args, "o."))  # first: a bad setting is refused before any import
+    from orchestrator.preflight import checked_plan  # deferred: per command (imports torch)
+    from orchestrator.warm.pool import pool_up  # deferred: per command (imports Ray)
 
-    cfg = build_config(overrides_from(args, "o."))
     _, the_plan, address = checked_plan(cfg)
     if address is None:
         raise ConfigError("a warm pool lives on a running Ray cluster: pass --address (start one on this machine"
                           " with `orchestrator cluster up`)")
-    info, seconds = pool_up(cfg, the_plan, address)
-    print(f"warm pool up at {address} in {seconds:.1f} s: {info['shape']['workers']} workers x"
-          f" {info['shape']['resources per worker']}; launches with --address {address} of this shape run on it"
-          f" (logs: {info['dir']}/logs)")
+    info, seconds = pool_up(the_plan, address)
+    print(f"warm pool up at {address} in {seconds:.1f} s: {info.shape.workers} workers x"
+          f" {info.shape.resources_per_worker}; launches with --address {address} of this shape run on it"
+          f" (logs: {info.log_dir})")
     return 0
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from cluster.spec import load_spec
 
     if args.cluster_command == "down":
-        from orchestrator.nodes import down
 
         print(f"stopped the local cluster at {down()}")
         return 0
@@ -173,30 +174,24 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     if args.cluster_command == "check":
         return _check(spec, args.address or spec.address)
     if args.cluster_command == "up":
-        from orchestrator.nodes import up
-
         print(f"{spec.num_nodes} Ray nodes up; join with --address {up(spec, args.port)}")
         return 0
     rows = [("name", spec.name), ("address", spec.address or "(embedded local Ray)"),
             ("nodes", str(spec.num_nodes)), ("CPUs", str(spec.total_cpus)), ("GPUs", str(spec.total_gpus))]
     rows += [(f"group {g.name}", f"{g.count} x ({g.cpus} CPU, {g.gpus.count} GPU {g.gpus.type or ''})".rstrip())
              for g in spec.node_groups]
-    from orchestrator.doctor import print_pairs
 
     print_pairs(f"cluster {args.spec}", rows)
     return 0
 
 
-def _check(spec, address: str | None) -> int:
-    import ray
-    from rich.console import Console
-    from rich.table import Table
-
-    from orchestrator.check import check
-
+def _check(spec: ClusterSpec, address: str | None) -> int:
     if address is None:
         raise ConfigError("cluster check needs a live cluster: pass --address or set address: in the spec")
-    from orchestrator.local_ray import join
+    import ray  # deferred: per command
+
+    from orchestrator.admin.check import check  # deferred: per command (imports Ray)
+    from orchestrator.raytrain.session import join  # deferred: per command (imports Ray)
 
     join(address)
     try:
@@ -219,13 +214,10 @@ def _check(spec, address: str | None) -> int:
     return 1 if failed else 0
 
 
-def _render(spec, output: str | None) -> int:
-    from pathlib import Path
+def _render(spec: ClusterSpec, output: str | None) -> int:
 
-    import yaml
-    from ray.autoscaler._private.util import validate_config
+    from ray.autoscaler._private.util import validate_config  # deferred: per command (imports Ray)
 
-    from cluster.launcher import render
 
     try:
         config = render(spec)
@@ -243,13 +235,10 @@ def _render(spec, output: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.auth import present_token
-
     present_token()  # before anything imports ray
     args = build_parser().parse_args(argv)
     try:
         if args.command == "doctor":
-            from orchestrator.doctor import doctor
 
             return doctor(args.address, with_ray=not args.no_ray)
         commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,

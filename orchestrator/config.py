@@ -1,22 +1,29 @@
-"""LaunchConfig: a training run's settings (TrainConfig) plus where and how wide it runs.
+"""LaunchConfig: a training run's settings (TrainConfig) plus where and how wide it runs, and the one place a
+launch's settings are resolved: flags, a `--config FILE` (e.g. a sweep's best.yaml), Python keywords, or the
+launch.yaml of a run being resumed.
 
-The same object comes from CLI flags, from `--config FILE` (e.g. a sweep's best.yaml) or from Python, and is
-saved as the run's launch.yaml so `--resume NAME` continues with exactly what the run started with.
+Every rule that needs two settings lives here, on the object that sees both (the fractional-GPU rule, dp's one
+worker), so a bad value is refused with `file:line: field: message` before anything is planned or started. The
+cluster's JobRequest is derived from a config validated here and is not checked again.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from cluster.yamlio import read_yaml, validate_doc
+from cluster.plan import JobRequest, Placement, resolve_storage
+from cluster.spec import load_spec
+from groundwork.errors import ConfigError
+from groundwork.yamlio import read_yaml, validate_doc, validation_message
 from trainables.config import Flag, TrainConfig
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+LAUNCH_FILE = "launch.yaml"  # in every run folder: what the run started with
 
 
 class LaunchConfig(BaseModel):
@@ -27,7 +34,7 @@ class LaunchConfig(BaseModel):
     gpus_per_worker: float = Field(0, ge=0, description="GPUs per worker; a fraction (e.g. 0.5) lets 1-worker"
                                    " jobs, such as sweep trials, share a GPU")
     cpus_per_worker: int | None = Field(None, ge=1, description="default: the node's CPUs shared out")
-    placement: Literal["pack", "spread", "strict-pack", "strict-spread"] = "pack"
+    placement: Placement = "pack"
     node_group: str | None = None
     cluster: str | None = Field(None, description="cluster spec YAML; default: this machine")
     address: str | None = Field(None, description="Ray cluster to join; default: start an embedded local Ray")
@@ -39,6 +46,27 @@ class LaunchConfig(BaseModel):
                                 " is ended as hung (first steps and torch.compile count: raise it for them)")
     quiet: Flag = False
     dashboard: Flag = False
+
+    # Fields are validated in order, so a rule on a later field sees the earlier ones in `info.data`.
+
+    @field_validator("workers")
+    @classmethod
+    def _dp_is_one_worker(cls, workers: int, info: ValidationInfo) -> int:
+        train = info.data.get("train")
+        if train is not None and train.strategy == "dp" and workers > 1:
+            raise ValueError(f"strategy dp runs in one worker, not {workers}: use ddp across workers")
+        return workers
+
+    @field_validator("gpus_per_worker")
+    @classmethod
+    def _gpu_shares(cls, gpus: float, info: ValidationInfo) -> float:
+        if gpus > 1 and gpus != int(gpus):
+            raise ValueError(f"gpus_per_worker={gpus:g}: above 1 it must be a whole number")
+        workers = info.data.get("workers", 1)
+        if 0 < gpus < 1 and workers > 1:
+            raise ValueError(f"gpus_per_worker={gpus:g} shares a GPU, which only a 1-worker job may do (NCCL"
+                             f" refuses two ranks on one GPU): workers is {workers}")
+        return gpus
 
     @field_validator("name")
     @classmethod
@@ -54,6 +82,11 @@ class LaunchConfig(BaseModel):
             raise ValueError(f"{entry!r} is not module:function (e.g. mypkg.train:train_func)")
         return entry
 
+    def job_request(self) -> JobRequest:
+        """What this launch asks of the cluster, for cluster.plan."""
+        return JobRequest(workers=self.workers, gpus_per_worker=self.gpus_per_worker,
+                          cpus_per_worker=self.cpus_per_worker, placement=self.placement, node_group=self.node_group)
+
     def saved_form(self) -> dict:
         """What launch.yaml holds: everything but the per-invocation display flags."""
         return self.model_dump(mode="json", exclude={"quiet", "dashboard"})
@@ -67,3 +100,46 @@ def write_launch_config(cfg: LaunchConfig, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(cfg.saved_form(), sort_keys=False))
     tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def split_overrides(flat: dict[str, Any]) -> dict[str, Any]:
+    """Route flat settings (Python keywords, a sweep's sampled values) to TrainConfig or LaunchConfig fields;
+    unknown ones are errors."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key in TrainConfig.model_fields:
+            out.setdefault("train", {})[key] = value
+        elif key in LaunchConfig.model_fields and key != "train":
+            out[key] = value
+        else:
+            raise ConfigError(f"unknown setting {key!r}: see `orchestrator launch --help` for the settings")
+    return out
+
+
+def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
+    """`base` with nested `overrides` ({"train": {...}, "workers": ...}) on top, validated as a whole."""
+    data = base.model_dump()
+    data.update({k: v for k, v in overrides.items() if k != "train"})
+    data["train"] = {**data["train"], **overrides.get("train", {})}
+    return LaunchConfig.model_validate(data)
+
+
+def run_folder(name: str, spec_path: str | None) -> Path:
+    """Where run `name` lives: under the storage path of the cluster spec (default: this machine's)."""
+    return Path(resolve_storage(load_spec(spec_path))) / name
+
+
+def resolve_launch(overrides: dict[str, Any], config_file: str | None = None,
+                   resume: str | None = None) -> LaunchConfig:
+    """The launch config from nested overrides on top of a config file, of the launch.yaml of the run being
+    resumed, or of the defaults. Any problem is one ConfigError line."""
+    try:
+        if resume:
+            saved = run_folder(resume, overrides.get("cluster")) / LAUNCH_FILE
+            if not saved.exists():
+                raise ConfigError(f"--resume {resume}: no run at {saved.parent}")
+            return merge(load_launch_config(saved), {**overrides, "name": resume})
+        base = load_launch_config(config_file) if config_file else LaunchConfig()
+        return merge(base, overrides)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc, None, "settings")) from None

@@ -27,10 +27,9 @@ def ray_local():
     import ray
 
     from cluster.spec import load_spec
-    from orchestrator.launcher import DEFAULT_SPEC
-    from orchestrator.local_ray import start_local
+    from orchestrator.raytrain.session import start_local
 
-    start_local(load_spec(DEFAULT_SPEC))
+    start_local(load_spec())
     yield ray
     ray.shutdown()
 

@@ -20,6 +20,21 @@ def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> floa
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
+def fit_one_batch(model: torch.nn.Module, lr: float, steps: int = 5, seed: int = 0) -> list[float]:
+    """SGD on one random batch of 8 32x32 images, 10 classes: the loss after each step."""
+    generator = torch.Generator().manual_seed(seed)
+    x, y = torch.rand(8, 3, 32, 32, generator=generator), torch.randint(0, 10, (8,), generator=generator)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def user_entry(config: dict) -> None:
     """A user's own train function for --entry: records what each worker was given."""
     import ray.train

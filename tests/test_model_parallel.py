@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import DATA, run_cli
-from helpers import final_weights, max_abs_diff
+from helpers import final_weights, fit_one_batch, max_abs_diff
 
 import orchestrator
+from groundwork.errors import ConfigError
 from trainables.checkpoint import load_state
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
-from trainables.errors import ConfigError
 from trainables.local import train_locally
 from trainables.models import build_model
 from trainables.parallel import unwrap
@@ -122,13 +122,7 @@ def test_resnet_splits_into_stages_and_trains():
     pipe = Pipeline(model, ["cpu"], stages=2, micro_batches=2)
     assert [s.layers for s in pipe.info] == [8, 2]  # stem + 7 blocks | the last (widest) block + classifier
     assert list(unwrap(pipe).state_dict()) == names
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.1)
-    x, y = torch.rand(8, 3, 32, 32), torch.randint(0, 10, (8,))
-    losses = []
-    for _ in range(5):
-        loss = F.cross_entropy(pipe(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    # lr 0.01: at 0.1 this fit of one batch diverged on another x86 processor (2.31 -> 9.87) while it fell
+    # here, a pass by numerical luck; at 0.01 it falls on every seed (bench/margins.py checks them).
+    losses = fit_one_batch(pipe, lr=0.01)
     assert losses[-1] < losses[0]

@@ -12,7 +12,7 @@ from conftest import DATA, run_cli
 from helpers import final_weights, max_abs_diff
 
 from cluster.spec import load_spec
-from orchestrator.nodes import _env, _kill_tree, down, temp_dir, up
+from orchestrator.admin.nodes import _env, _kill_tree, down, temp_dir, up
 from trainables.config import TrainConfig
 from trainables.local import train_locally
 
@@ -80,7 +80,7 @@ def test_cluster_check_names_a_missing_interface(two_nodes):
 def open_head():
     """A head node started with token auth off, as an old or careless cluster would be."""
     port = 6395
-    command = [sys.executable, "-m", "orchestrator._raystart", "start", "--head", "--port", str(port),
+    command = [sys.executable, "-m", "orchestrator.admin.raystart", "start", "--head", "--port", str(port),
                "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard=false",
                "--disable-usage-stats", "--temp-dir", temp_dir(port)]
     subprocess.run(command, env={**_env(), "RAY_AUTH_MODE": "disabled"}, check=True, capture_output=True,

@@ -8,7 +8,8 @@ import pytest
 
 from cluster.plan import JobRequest, plan
 from cluster.spec import ClusterSpec
-from trainables.errors import ConfigError
+from groundwork.errors import ConfigError
+from orchestrator.config import resolve_launch
 
 
 def spec(**overrides) -> ClusterSpec:
@@ -80,18 +81,19 @@ def test_node_group_pins_workers_with_a_custom_resource():
         plan(spec(), JobRequest(node_group="tpu"))
 
 
-@pytest.mark.parametrize("job, match", [
-    ({"workers": 0}, r"workers=0: need at least 1"),
-    ({"gpus_per_worker": -1}, r"gpus_per_worker=-1"),
-    ({"placement": "scatter"}, r"placement='scatter': choose one of"),
+@pytest.mark.parametrize("settings, match", [
+    ({"workers": 0}, r"workers: Input should be greater than or equal to 1"),
+    ({"gpus_per_worker": -1}, r"gpus_per_worker: Input should be greater than or equal to 0"),
+    ({"placement": "scatter"}, r"placement: Input should be 'pack', 'spread'"),
 ])
-def test_bad_job_requests(job, match):
+def test_bad_job_requests(settings, match):
+    # A JobRequest comes from a validated LaunchConfig: its bad values are refused there, once.
     with pytest.raises(ConfigError, match=match):
-        JobRequest(**job)
+        resolve_launch(settings)
 
 
 def test_a_one_worker_job_may_share_a_gpu_and_sweeps_count_the_shares():
-    from orchestrator.sweeps.runner import concurrent_trials
+    from orchestrator.sweeps.tuner import concurrent_trials
 
     p = plan(spec(), JobRequest(workers=1, gpus_per_worker=0.5))
     assert p.resources_per_worker == {"CPU": 4, "GPU": 0.5}  # 64 CPUs over the 16 half-GPU slots of a node
@@ -108,4 +110,10 @@ def test_a_one_worker_job_may_share_a_gpu_and_sweeps_count_the_shares():
 ])
 def test_gpu_fractions_that_cannot_work_are_refused(workers, gpus, text):
     with pytest.raises(ConfigError, match=re.escape(text)):
-        plan(spec(), JobRequest(workers=workers, gpus_per_worker=gpus))
+        resolve_launch({"workers": workers, "gpus_per_worker": gpus})
+
+
+def test_a_cross_field_rule_in_a_file_names_its_line(tmp_path):
+    (tmp_path / "launch.yaml").write_text("workers: 2\ngpus_per_worker: 0.5\n")
+    with pytest.raises(ConfigError, match=r"launch.yaml:2: gpus_per_worker: gpus_per_worker=0.5 shares a GPU"):
+        resolve_launch({}, config_file=str(tmp_path / "launch.yaml"))

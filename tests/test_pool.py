@@ -12,7 +12,7 @@ import pytest
 from conftest import DATA, REPO, run_cli
 
 from cluster.spec import load_spec
-from orchestrator.nodes import down, up
+from orchestrator.admin.nodes import down, up
 
 PORT = 6433
 ADDRESS = f"127.0.0.1:{PORT}"
@@ -30,10 +30,15 @@ def launch(cwd: Path, *args: str):
     return run_cli("launch", *JOB, *args, cwd=cwd)
 
 
+def pool_pids(run_dir: Path) -> list[int]:
+    """The pid of the warm worker that ran rank 0 of each of this run's jobs (none: it ran on its own group)."""
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    return [int(pid) for pid in re.findall(r"on a warm group, pid (\d+)", log)]
+
+
 def pool_pid(run_dir: Path) -> int | None:
-    """The pid of the warm worker that ran rank 0 of this run, None if it ran on a group of its own."""
-    found = re.search(r"on a warm worker group, pid (\d+)", (run_dir / "logs" / "rank-0.log").read_text())
-    return int(found.group(1)) if found else None
+    pids = pool_pids(run_dir)
+    return pids[0] if pids else None
 
 
 def rows(run_dir: Path) -> pd.DataFrame:
@@ -63,10 +68,19 @@ def test_launches_run_on_the_pool_and_resume_across_it(local_cluster, tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert pool_pid(tmp_path / "runs" / "b") == pool_pid(run_a)  # the same warm worker, not a new one
 
+    # A resume whose every checkpoint is corrupt is the job's own error, not the group's: its launch fails in
+    # one line and the pool serves the next job on the same workers (no restart).
+    assert launch(tmp_path, "--epochs", "1", "--name", "c").returncode == 0
+    for state in (tmp_path / "runs" / "c").glob("checkpoint_*/state.pt"):
+        state.write_bytes(b"cut short")
+    corrupt = launch(tmp_path, "--resume", "c", "--epochs", "2")
+    assert corrupt.returncode == 1 and "run failed: CheckpointError: no complete checkpoint" in corrupt.stderr
+
     resumed = launch(tmp_path, "--resume", "a", "--epochs", "3")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at epoch 2" in (run_a / "logs" / "rank-0.log").read_text()
     assert rows(run_a)["epoch"].max() == 3
+    assert pool_pids(run_a) == [pool_pid(run_a)] * 2  # the same warm worker, after the NaN and the corrupt resume
 
     down_proc = run_cli("pool", "down", "--address", ADDRESS, cwd=tmp_path)
     assert down_proc.returncode == 0, down_proc.stderr[-3000:]

@@ -15,9 +15,9 @@ import pytest
 from helpers import final_weights, max_abs_diff
 
 import orchestrator
+from groundwork.errors import RunFailed
 from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
-from trainables.errors import RunFailed
 from trainables.local import train_locally
 
 DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
@@ -56,7 +56,7 @@ def test_resume_after_one_epoch_matches_uninterrupted(three_epochs):
 
 
 def test_new_run_with_an_existing_name_is_refused(three_epochs):
-    from trainables.errors import ConfigError
+    from groundwork.errors import ConfigError
 
     with pytest.raises(ConfigError, match="run 'whole' already exists .* --resume whole"):
         orchestrator.launch(**DIGITS, name="whole")

@@ -17,10 +17,12 @@ import torch.multiprocessing as mp
 from conftest import REPO
 from helpers import final_weights, straggler_rank
 
-from orchestrator.watchdog import Beat, Beats, find_hang
+from groundwork.errors import NonFiniteLoss
+from orchestrator.raytrain.sink import MetricsSink
+from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
 from trainables.checkpoint import load_latest, save_state, verify
 from trainables.config import TrainConfig
-from trainables.health import NonFiniteLoss, stragglers
+from trainables.health import stragglers
 from trainables.local import train_locally
 
 FAST = {"model": "digits-cnn", "batch_size": 32, "log_every": 2}
@@ -63,6 +65,25 @@ def test_beats_move_only_when_the_counter_does():
     assert (beats.beats[0].seen_at, beats.beats[0].moved_at) == (20, 10)
     beats.add(0, pid=2, node="n", step=3, ticks=7, done=False, now=30)  # a restarted process starts afresh
     assert beats.beats[0].moved_at == 30
+
+
+def test_the_sink_ends_a_hung_group_once_and_keeps_every_row():
+    killed: list[str] = []
+    sink = MetricsSink(kill=killed.append)
+    sink.push({"step": 1.0})
+    sink.push({"step": 2.0})
+    assert sink.since(1) == [{"step": 2.0}]
+    sink.register(0, "worker-0")
+    sink.register(1, "worker-1")
+    sink.beat(0, pid=10, node="n", step=5, ticks=5, done=False)
+    sink.beat(1, pid=11, node="n", step=5, ticks=5, done=False)
+    assert sink.heartbeats()[1].pid == 11
+    now = sink.heartbeats()[1].moved_at
+    assert sink.end_if_hung(timeout=5, now=now + 1) is None and killed == []
+    found = sink.end_if_hung(timeout=5, now=now + 10)
+    assert found is not None and found.startswith("rank 0 (pid 10, node n) stopped responding after step 5")
+    assert sorted(killed) == ["worker-0", "worker-1"]  # the whole group, so that fit() fails or restarts
+    assert sink.end_if_hung(timeout=5, now=now + 20) is None  # forgotten: a restarted group starts afresh
 
 
 def test_stragglers_are_over_one_and_a_half_times_the_median():

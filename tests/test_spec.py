@@ -6,8 +6,8 @@ import pytest
 from conftest import DATA, REPO, run_cli
 
 from cluster.spec import load_spec
-from cluster.yamlio import parse_yaml_text
-from trainables.errors import ConfigError
+from groundwork.errors import ConfigError
+from groundwork.yamlio import parse_yaml_text
 
 BAD = DATA / "bad_inputs"
 

@@ -23,13 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from groundwork.errors import CheckpointError
+
 log = logging.getLogger(__name__)
 STATE_FILE = "state.pt"
 MANIFEST_FILE = "manifest.json"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint folder that is missing, incomplete or corrupt."""
 
 
 def rng_state() -> dict[str, Any]:

@@ -11,22 +11,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from groundwork.errors import NonFiniteLoss
 from trainables.context import DistContext
 
 STRAGGLER_FACTOR = 1.5
 NO_BAD_STEP = -1.0
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or inf: stop rather than train (and checkpoint) garbage."""
-
-    def __init__(self, step: int) -> None:
-        super().__init__(f"the loss is not finite (nan/inf) at step {step}: lower --lr, set --grad-clip,"
-                         " use --precision bf16 rather than fp16, or pass --skip-nonfinite to skip such steps")
-        self.step = step
-
-    def __reduce__(self):  # rebuilt from the step, not the message, when Ray carries it to the driver
-        return (NonFiniteLoss, (self.step,))
 
 
 def stragglers(own_seconds: list[float], factor: float = STRAGGLER_FACTOR) -> list[int]:

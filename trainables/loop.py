@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from trainables.checkpoint import rng_state, save_state
@@ -47,10 +46,12 @@ class Position:
 
 @dataclass
 class TrainState:
-    model: nn.Module
+    model: nn.Module  # as wrapped by its strategy
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     amp: MixedPrecision
+    # The strategy's way to accumulate gradients without syncing them (DDP's no_sync; nothing to skip else).
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     position: Position = field(default_factory=Position)
     skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
@@ -121,10 +122,9 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
         clock.data_start()
         x, y = next(batches)
         x, y = to_device(x, y, ctx, cfg)
-        # Only the last micro-batch all-reduces: earlier ones accumulate locally (DDP no_sync).
+        # Only the last micro-batch syncs gradients: earlier ones accumulate locally.
         last = micro == cfg.grad_accum - 1
-        sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
-        with sync:
+        with contextlib.nullcontext() if last else state.no_sync():
             forward = clock.forward_start()
             loss = loss_of(model, x, y, amp, cfg)
             clock.forward_end(forward)

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from groundwork.errors import ConfigError
 from trainables.checkpoint import set_rng_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
 from trainables.data import DATASET_KINDS, DATASETS, build_datasets
 from trainables.data.samplers import ResumableSampler, ShardSampler
-from trainables.errors import ConfigError
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.parallel import parallelize, unwrap
@@ -80,10 +80,11 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any)
     model = build_model(cfg.model, meta)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    model = parallelize(model, cfg, ctx)
-    optimizer = build_optimizer(cfg, model, ctx.device)
+    wrapped = parallelize(model, cfg, ctx)
+    optimizer = build_optimizer(cfg, wrapped.model, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
-    return TrainState(model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device))
+    return TrainState(wrapped.model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device),
+                      no_sync=wrapped.no_sync)
 
 
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:

@@ -1,1 +1,1 @@
-"""Sweeps: Ray Tune over full multi-worker Ray Train runs of the shared loop."""
+"""Sweeps: Ray Tune searches and schedules; each trial is one job, on a warm group or a worker group of its own."""

@@ -96,6 +96,6 @@ class SweepConfig(_Strict):
         return any(key in launch_only for key in self.space)
 
     @property
-    def on_gangs(self) -> bool:
-        """Trials run on warm worker groups (orchestrator.sweeps.gangs)."""
+    def on_warm_groups(self) -> bool:
+        """Trials run on warm groups (orchestrator.warm)."""
         return self.reuse_workers and not self.trial_shape_varies and self.base.entry is None

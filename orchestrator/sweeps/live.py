@@ -26,7 +26,7 @@ class LiveTrialTable(tune.Callback):
         for trial_id, row in self.trials.items():
             best = f"{row['best']:.4f}" if row["best"] is not None else "-"
             params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in row["params"].items() if not k.startswith("__"))
+                               for k, v in row["params"].items())
             table.add_row(trial_id, row["status"], f"{row['iter']}/{self.epochs}", best, params)
         return table
 

@@ -6,7 +6,7 @@ holding the CPUs/GPUs the next trial needs (Ray issues #54305, #47440). Train V2
 polls the State API, which needs the dashboard we keep off. So rank 0 of each trial registers its placement
 group with a registry actor owned by the sweep driver, and a Tune callback removes the trial's groups as soon
 as Tune calls the trial done, stopped or errored. Trials, like every launch, run without Ray's cleaner
-(orchestrator.launcher.lean_trainer_class): killed with its controller, each one would poll the absent State
+(orchestrator.raytrain.trainer.LeanTrainer): killed with its controller, each one would poll the absent State
 API forever, a 200 MB process per stopped trial.
 """
 
@@ -21,8 +21,9 @@ from ray.util.placement_group import PlacementGroup, get_current_placement_group
 log = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0)
 class PlacementGroupRegistry:
+    """Placement groups by trial; made an actor, named and owned by the sweep driver, where the sweep starts."""
+
     def __init__(self) -> None:
         self.groups: dict[str, set[str]] = {}
 
@@ -38,7 +39,7 @@ class PlacementGroupRegistry:
 
 
 def register_current_group(registry_name: str, trial_id: str) -> None:
-    """Called by rank 0 inside a trial: record the placement group its worker group runs in."""
+    """Called by rank 0 inside a trial (its WorkerArgs.on_start): record the group's placement group."""
     group = get_current_placement_group()
     if group is not None:
         ray.get(ray.get_actor(registry_name).register.remote(trial_id, group.id.hex()))

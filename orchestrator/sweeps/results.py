@@ -56,10 +56,10 @@ def write_results(cfg: SweepConfig, results: Any, best: LaunchConfig, sweep_dir:
 
 
 def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # deferred: ~1 s to import, paid only once a run or sweep has results to plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
+    import matplotlib.pyplot as plt  # deferred: as matplotlib
 
     fig, (per_trial, so_far) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
     for trial, rows in table.groupby("trial"):

@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 from torch.utils.data import Dataset
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.data.digits import digits
 from trainables.data.meta import DataMeta
 from trainables.data.parquet import parquet
 from trainables.data.synthetic import fake_images, fake_tokens
 from trainables.data.text import stdlib_text
-from trainables.errors import ConfigError
 
 Builder = Callable[[TrainConfig], tuple[Dataset, Dataset, DataMeta]]
 DATASETS: dict[str, Builder] = {

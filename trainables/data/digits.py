@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
 from trainables.data.split import split_indices
-from trainables.errors import ConfigError
 
 
 def digits_csv() -> Path:

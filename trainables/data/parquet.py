@@ -18,10 +18,10 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Subset
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
 from trainables.data.split import split_indices
-from trainables.errors import ConfigError
 
 
 class ParquetImages(Dataset):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from groundwork.errors import ConfigError
 from trainables.data.meta import DataMeta
-from trainables.errors import ConfigError
 from trainables.models.digits_cnn import DigitsCNN
 from trainables.models.gpt import GPT, GPTConfig
 from trainables.models.vision import resnet

@@ -1,12 +1,30 @@
-"""Strategies that wrap a built model for distribution. The loop never knows which one it got."""
+"""Strategies that wrap a built model for distribution. The loop never knows which one it got: it gets the
+wrapped model and, from the strategy, how to skip gradient sync on the micro-batches before an optimizer step
+(Lightning Fabric's `no_backward_sync`, owned by the strategy)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrainConfig
 from trainables.context import DistContext
+from trainables.parallel.ddp import wrap_ddp
+from trainables.parallel.dp import wrap_dp
+from trainables.parallel.pipeline import pipeline_ddp
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A model wrapped by its strategy, and that strategy's way to accumulate gradients locally."""
+
+    model: nn.Module  # what the loop calls
+    no_sync: Callable[[], contextlib.AbstractContextManager]  # a micro-batch under it does not all-reduce
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -22,18 +40,19 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
+def _with_no_sync(model: nn.Module) -> Parallel:
+    # DDP all-reduces in backward unless told not to; one process, or DataParallel, has nothing to skip.
+    if isinstance(model, DistributedDataParallel):
+        return Parallel(model, model.no_sync)
+    return Parallel(model, contextlib.nullcontext)
+
+
+def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Parallel:
     """Wrap a built model in the configured strategy; the loop only ever sees the result."""
     if cfg.strategy == "model-parallel":
-        from trainables.parallel.pipeline import pipeline_ddp
-
-        return pipeline_ddp(model, cfg, ctx)
+        return _with_no_sync(pipeline_ddp(model, cfg, ctx))
     if cfg.compile:
         model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
     if cfg.strategy == "dp":
-        from trainables.parallel.dp import wrap_dp
-
-        return wrap_dp(model, ctx)
-    from trainables.parallel.ddp import wrap_ddp
-
-    return wrap_ddp(model, ctx)
+        return _with_no_sync(wrap_dp(model, ctx))
+    return _with_no_sync(wrap_ddp(model, ctx))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from groundwork.errors import ConfigError
 from trainables.context import DistContext
-from trainables.errors import ConfigError
 
 
 def check_one_worker(workers: int) -> None:

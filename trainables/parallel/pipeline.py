@@ -17,10 +17,12 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.data.meta import DataMeta
-from trainables.errors import ConfigError
+from trainables.models import build_model
+from trainables.models.vision import resnet_layers
 
 
 def layers_of(model: nn.Module) -> list[nn.Module]:
@@ -28,8 +30,6 @@ def layers_of(model: nn.Module) -> list[nn.Module]:
         return model.pipeline_layers()
     torchvision = sys.modules.get("torchvision")  # imported already if the model came from it
     if torchvision is not None and isinstance(model, torchvision.models.ResNet):
-        from trainables.models.vision import resnet_layers
-
         return resnet_layers(model)
     raise ConfigError(f"{type(model).__name__} cannot be split into stages: give it a pipeline_layers() method")
 
@@ -140,8 +140,6 @@ def estimate_stages(model_name: str, meta: DataMeta, stages: int, micro_batches:
                     split: Sequence[int] | None = None) -> list[StageEstimate]:
     """Per-stage layers, parameters and activation memory, from a forward on the meta device (no memory,
     no data): the tensors autograd saves for backward are counted as they are packed. fp32 sizes."""
-    from trainables.models import build_model
-
     with torch.device("meta"):
         model = build_model(model_name, meta)
     pipe = Pipeline(model, ["meta"], stages, micro_batches, split)

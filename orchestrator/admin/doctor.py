@@ -8,9 +8,11 @@ import subprocess
 from rich.console import Console
 from rich.table import Table
 
+from cluster.spec import load_spec
+
 
 def torch_facts() -> list[tuple[str, str]]:
-    import torch
+    import torch  # deferred: print_pairs (cluster validate, plan) must not pay for torch
 
     facts = [("torch", torch.__version__), ("CUDA available", str(torch.cuda.is_available())),
              ("CUDA (torch built with)", str(torch.version.cuda))]
@@ -39,14 +41,12 @@ def nvidia_smi() -> str | None:
 
 
 def ray_facts(address: str | None) -> list[tuple[str, str]]:
-    import ray
+    import ray  # deferred: `doctor --no-ray` and print_pairs must not pay for Ray
 
-    from cluster.spec import load_spec
-    from orchestrator.launcher import DEFAULT_SPEC
-    from orchestrator.local_ray import ray_session
+    from orchestrator.raytrain.session import ray_session  # deferred: imports Ray
 
     facts = [("ray", ray.__version__)]
-    with ray_session(load_spec(DEFAULT_SPEC), address):
+    with ray_session(load_spec(), address):
         facts.append(("ray nodes", str(len([n for n in ray.nodes() if n["Alive"]]))))
         for key, value in sorted(ray.cluster_resources().items()):
             if not key.startswith("node:"):

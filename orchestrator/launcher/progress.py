@@ -7,7 +7,7 @@ from collections.abc import Callable
 import ray
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.periodic import Periodic
+from orchestrator.raytrain.periodic import Periodic
 
 
 class LiveRows(Periodic):

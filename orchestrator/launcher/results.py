@@ -36,10 +36,10 @@ def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
 
 
 def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
-    import matplotlib
+    import matplotlib  # deferred: ~1 s to import, paid only once a run or sweep has results to plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
+    import matplotlib.pyplot as plt  # deferred: as matplotlib
 
     train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and r.get("val_loss") is None]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]

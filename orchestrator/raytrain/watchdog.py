@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.periodic import Periodic
+import ray
+
+from orchestrator.raytrain.periodic import Periodic
 
 BEAT_EVERY_S = 0.5
 
@@ -104,8 +106,6 @@ class Watchdog(Periodic):
         self.hangs: list[str] = []
 
     def tick(self) -> None:
-        import ray
-
         found = ray.get(self.sink.end_if_hung.remote(self.timeout))
         if found:
             self.hangs.append(found)

@@ -9,6 +9,7 @@ size. Any difference is a row marked FAIL and a non-zero exit.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.plan import group_resource
+from cluster.plan import JobRequest, collective_env, group_resource
 from cluster.spec import ClusterSpec, NodeGroup
 
 SIZES = (2**10, 2**16, 2**20, 2**24)  # bytes: 1 KiB .. 16 MiB
@@ -89,8 +90,8 @@ class Ranker:
 
     def run(self, rank: int, world: int, master: str, port: int, backend: str, env: dict[str, str],
             sizes: list[int], repeats: int) -> list[float]:
-        import torch
-        import torch.distributed as dist
+        import torch  # deferred: only the probe actors on the nodes need torch, not the CLI
+        import torch.distributed as dist  # deferred: as torch
 
         os.environ.update(env)
         dist.init_process_group(backend, init_method=f"tcp://{master}:{port}", rank=rank, world_size=world)
@@ -113,8 +114,6 @@ class Ranker:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -122,8 +121,6 @@ def free_port() -> int:
 
 def allreduce_bandwidth(spec: ClusterSpec, nodes: list[dict], repeats: int = 5) -> list[tuple[int, float, float]]:
     """(bytes, seconds, bus GB/s) per size, one rank per node, ranks pinned by node affinity."""
-    from cluster.plan import JobRequest, collective_env
-
     use_gpu = all(n["Resources"].get("GPU", 0) >= 1 for n in nodes)
     backend = "nccl" if use_gpu else "gloo"
     env = collective_env(list(spec.node_groups), JobRequest(gpus_per_worker=int(use_gpu)), 1)

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from cluster.yamlio import read_yaml, validate_doc
+from groundwork.errors import ConfigError
+from groundwork.yamlio import read_yaml, validate_doc
+from orchestrator.preflight import checked_plan
+from orchestrator.raytrain.session import ray_session
 from orchestrator.sweeps.config import SweepConfig
-from trainables.errors import ConfigError
+from orchestrator.sweeps.results import write_results
+from orchestrator.sweeps.tuner import SweepResult, run_sweep
 
 SWEEPS_DIR = "sweeps"
 SWEEP_FILE = "sweep.yaml"
@@ -30,13 +34,9 @@ def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Pat
     return cfg.model_copy(update={"name": name}), folder
 
 
-def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None, quiet: bool = False):
+def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None,
+          quiet: bool = False) -> SweepResult:
     """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
-    from orchestrator.launcher import checked_plan
-    from orchestrator.local_ray import ray_session
-    from orchestrator.sweeps.results import write_results
-    from orchestrator.sweeps.runner import run_sweep
-
     if resume:
         cfg = load_sweep_config(Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE)
     elif config is None:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainables.errors import ConfigError
+from groundwork.errors import ConfigError
 
 Loc = tuple[str | int, ...]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec, NodeGroup
-from trainables.errors import ConfigError
+from groundwork.errors import ConfigError
 
 STATE = Path.home() / ".orchestrator" / "local-cluster.json"
 
@@ -24,7 +24,7 @@ def _env() -> dict[str, str]:
     # Token auth stays on: the head makes the token (~/.ray/auth_token), joining nodes must present it.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
     # An embedded Ray in this process sets Ray's single-host switch, under which `ray start` refuses to add
-    # a node; _raystart keeps loopback by itself.
+    # a node; orchestrator.admin.raystart keeps loopback by itself.
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     return env
 
@@ -36,7 +36,7 @@ def _node_args(group: NodeGroup) -> list[str]:
 
 
 def _start(args: list[str]) -> None:
-    command = [sys.executable, "-m", "orchestrator._raystart", "start", *args]
+    command = [sys.executable, "-m", "orchestrator.admin.raystart", "start", *args]
     proc = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=180)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]

@@ -15,10 +15,13 @@ from cluster.spec import ClusterSpec
 log = logging.getLogger(__name__)
 
 
-from orchestrator.auth import present_token  # noqa: E402 (sits with its call, before ray)
+from orchestrator.raytrain.auth import present_token  # noqa: E402 (sits with its call, before ray)
 
 present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
+from ray._private import ray_constants  # noqa: E402
+
+from orchestrator.raytrain.auth import warn_if_open  # noqa: E402
 
 
 def bind_to_loopback() -> None:
@@ -26,8 +29,6 @@ def bind_to_loopback() -> None:
 
     Ray does this itself on macOS/Windows, keyed on RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER; the env var reaches
     processes Ray starts, and the constant covers a driver that had already imported Ray."""
-    from ray._private import ray_constants
-
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
 
@@ -53,8 +54,6 @@ def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
 
 def join(address: str) -> None:
     """Connect this driver to a running cluster (token: see present_token); warn if it takes anyone."""
-    from orchestrator.auth import warn_if_open
-
     warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too

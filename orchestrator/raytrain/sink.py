@@ -1,7 +1,8 @@
-"""A tiny Ray actor that carries rank 0's metric rows to the driver while training runs, and every rank's
-heartbeat to the driver's watchdog.
+"""The MetricsSink: it carries rank 0's metric rows to the driver while training runs, and every rank's
+heartbeat to the driver's watchdog. A plain class, made an actor where it is used
+(`ray.remote(num_cpus=0)(MetricsSink)`), so its logic is tested in-process.
 
-Rows go out fire-and-forget (`push.remote`) so logging never blocks a training step, and the driver polls
+Rows come in fire-and-forget (`push.remote`) so logging never blocks a training step, and the driver polls
 `since(n)` for the progress bar and writes them all to metrics.parquet at the end. It works across nodes,
 where a file in a node-local run folder would not. Hang decisions use this actor's clock for every rank.
 """
@@ -9,19 +10,25 @@ where a file in a node-local run folder would not. Hang decisions use this actor
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
 
-from orchestrator.watchdog import Beat, Beats, find_hang
+from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
 
 
-@ray.remote(num_cpus=0)
+def kill_worker(worker: Any) -> None:
+    """End a Ray Train worker actor for good: its group fails (or restarts, under --max-failures)."""
+    ray.kill(worker, no_restart=True)
+
+
 class MetricsSink:
-    def __init__(self) -> None:
+    def __init__(self, kill: Callable[[Any], None] = kill_worker) -> None:
         self.rows: list[dict[str, float]] = []
         self.beats = Beats()
         self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor
+        self.kill = kill
 
     def push(self, row: dict[str, float]) -> None:
         self.rows.append(row)
@@ -38,12 +45,13 @@ class MetricsSink:
     def heartbeats(self) -> dict[int, Beat]:
         return dict(self.beats.beats)
 
-    def end_if_hung(self, timeout: float) -> str | None:
-        """If a rank is hung, kill the worker group (fit() then fails, or restarts under --max-failures)."""
-        found = find_hang(self.beats.beats, time.monotonic(), timeout)
+    def end_if_hung(self, timeout: float, now: float | None = None) -> str | None:
+        """If a rank is hung, kill the worker group (fit() then fails, or restarts under --max-failures) and
+        say why; None while every rank moves."""
+        found = find_hang(self.beats.beats, time.monotonic() if now is None else now, timeout)
         if found:
             for worker in self.workers.values():
-                ray.kill(worker, no_restart=True)
+                self.kill(worker)
             self.beats.clear()
             self.workers.clear()
         return found

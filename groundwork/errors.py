@@ -1,0 +1,49 @@
+"""Every error this project raises on purpose, in one small hierarchy.
+
+- ConfigError: bad input (a YAML field, a flag, a path). The CLI prints its one line and exits 2; it is raised
+  before anything is written or started.
+- RunFailed: the run itself failed (a worker's error, a hang, a non-finite loss). The CLI prints its one line
+  and exits 1.
+- JobError: the job's own fault (its settings, weights or checkpoints), raised alike on every rank at the same
+  point of the job. That is what lets a warm worker group tell "this job failed" from "this group broke": the
+  ranks are still in step after a JobError, so the group serves the next job; any other exception in a worker
+  fails the group, and Ray Train restarts it.
+
+Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of every error raised on purpose by cluster/, trainables/ and orchestrator/."""
+
+
+class ConfigError(OrchestratorError, ValueError):
+    """Bad user input: a config field, a CLI flag, a missing file."""
+
+
+class RunFailed(OrchestratorError, RuntimeError):
+    """Training itself failed (a worker error, a hang, a non-finite loss): one line says which and where."""
+
+
+class JobError(OrchestratorError, RuntimeError):
+    """The job's own fault, raised on every rank at the same point: the worker group is still in step."""
+
+
+class NonFiniteLoss(JobError):
+    """The loss became NaN or inf: stop rather than train (and checkpoint) garbage. Raised on every rank at the
+    same log point, after the ranks have exchanged their first bad step."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"the loss is not finite (nan/inf) at step {step}: lower --lr, set --grad-clip,"
+                         " use --precision bf16 rather than fp16, or pass --skip-nonfinite to skip such steps")
+        self.step = step
+
+    def __reduce__(self):  # rebuilt from the step, not the message, when Ray carries it to the driver
+        return (NonFiniteLoss, (self.step,))
+
+
+class CheckpointError(JobError):
+    """A checkpoint folder that is missing, incomplete or corrupt. Every rank reads the same folders, so every
+    rank raises it alike."""

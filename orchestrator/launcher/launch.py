@@ -1,0 +1,79 @@
+"""`orchestrator launch`: check everything, then plan, start (or join) Ray, run the job on a pool of its shape
+or on a worker group of its own, and write the run's results. Nothing is written before the config is known
+to be good."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.plan import Plan
+from groundwork.errors import ConfigError
+from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
+from orchestrator.launcher.on_pool import run_on_pool
+from orchestrator.launcher.own_group import fit_own_group
+from orchestrator.launcher.results import dedupe_rows, plot_loss, read_rows, write_rows
+from orchestrator.preflight import checked_plan
+from orchestrator.raytrain.job import Job
+from orchestrator.raytrain.session import ray_session
+from orchestrator.warm.pool import find_pool
+from trainables.checkpoint import checkpoints_in
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    path: Path
+    metrics: dict[str, float]  # the last validation report
+    checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
+    rows: list[dict[str, float]]
+    seconds: float
+
+
+def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, Path]:
+    name = cfg.name or f"{cfg.train.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(the_plan.storage_path) / name
+    exists = (run_dir / LAUNCH_FILE).exists()
+    if resume and not exists:
+        raise ConfigError(f"--resume {name}: no run at {run_dir}: list runs with `ls {the_plan.storage_path}`")
+    if not resume and exists:
+        raise ConfigError(f"run {name!r} already exists at {run_dir}: continue it with --resume {name}"
+                          " or choose another --name")
+    return cfg.model_copy(update={"name": name}), run_dir
+
+
+def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:
+    """The launch as one job; a resumed one starts from the run's checkpoints, newest first."""
+    return Job(name=run_dir.name, train=cfg.train, kind="function" if cfg.entry else "loop", entry=cfg.entry,
+               run_dir=str(run_dir), log_dir=str(run_dir / "logs"),
+               resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else ())
+
+
+def _on_pool(cfg: LaunchConfig, the_plan: Plan, address: str | None) -> bool:
+    """Whether this launch runs on the pool of the cluster it joined (see orchestrator.warm.pool)."""
+    return address is not None and not cfg.entry and find_pool(the_plan)
+
+
+def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
+    """Run one training job to the end and return where its results are."""
+    spec, the_plan, address = checked_plan(cfg)
+    cfg, run_dir = prepare_run(cfg, the_plan, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_launch_config(cfg, run_dir / LAUNCH_FILE)
+    job = launch_job(cfg, run_dir, resume)
+    started = time.perf_counter()
+    with ray_session(spec, address, cfg.dashboard):
+        if _on_pool(cfg, the_plan, address):
+            new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
+        else:
+            new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
+    rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
+    if rows:
+        write_rows(rows, run_dir)
+        plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")
+    last_val = next((r for r in reversed(rows) if r.get("val_acc") is not None), {})
+    return RunResult(cfg.name or "", run_dir, last_val, checkpoint, rows, time.perf_counter() - started)

@@ -1,0 +1,49 @@
+"""A launch on a worker group of its own: one TorchTrainer for this run, a MetricsSink actor carrying rows and
+heartbeats to this driver, the progress bar and the hang watchdog polling it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import ray
+from ray.train import TrainingFailedError
+
+from cluster.plan import Plan
+from groundwork.errors import RunFailed
+from orchestrator.config import LaunchConfig
+from orchestrator.launcher.progress import LiveRows, progress_bar
+from orchestrator.raytrain.job import Job, WorkerArgs
+from orchestrator.raytrain.sink import MetricsSink
+from orchestrator.raytrain.trainer import failure_line, make_trainer
+from orchestrator.raytrain.watchdog import Watchdog
+from orchestrator.raytrain.worker import train_worker
+
+log = logging.getLogger(__name__)
+RemoteSink = ray.remote(num_cpus=0)(MetricsSink)
+
+
+def sink_name(run: str) -> str:
+    """The run's sink is named, so that tools (and tests) can read its heartbeats."""
+    return f"orchestrator-sink-{run}"
+
+
+def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
+                  run_dir: Path) -> tuple[list[dict[str, float]], Path | None]:
+    """Run the job on a new worker group; returns its rows and its latest checkpoint."""
+    sink = RemoteSink.options(name=sink_name(run_dir.name)).remote()
+    trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
+                           keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures)
+    bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
+    try:
+        with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
+            try:
+                result = trainer.fit()
+            except TrainingFailedError as exc:
+                raise RunFailed(failure_line(exc, watchdog.hangs, run_dir)) from exc
+    finally:
+        ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
+    for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)
+        log.warning("restarted after a hang: %s", hang)
+    return live.rows, Path(result.checkpoint.path) if result.checkpoint else None

@@ -1,0 +1,60 @@
+"""What a driver hands a worker group, typed: a Job (one piece of training: a launch, or a sweep trial) and,
+for a worker group of its own, the WorkerArgs around it. Both are pickled across processes as they are; one
+shape serves own groups, warm groups and pools alike. No Ray here."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from trainables.config import TrainConfig
+
+# "loop": the shared training loop on `train`; "function": the user's `entry(config)` in every worker.
+JobKind = Literal["loop", "function"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: a launch is one, a sweep trial is one."""
+
+    name: str  # the run's name, or the sweep trial's id
+    train: TrainConfig
+    kind: JobKind = "loop"
+    entry: str | None = None  # kind "function": module:function
+    run_dir: str | None = None  # the job's folder: checkpoints found there on a restart, profile traces
+    log_dir: str | None = None  # each rank logs to <log_dir>/rank-N.log; None: the worker group's own logs
+    resume: tuple[str, ...] = ()  # checkpoint folders to resume from, newest first: the first complete one wins
+    sampled: dict[str, Any] = field(default_factory=dict)  # a sweep trial's sampled settings, for its logs
+
+    def __post_init__(self) -> None:
+        if (self.kind == "function") != (self.entry is not None):
+            raise ValueError(f"job {self.name}: kind {self.kind!r} with entry {self.entry!r}")
+
+    @property
+    def staging(self) -> Path:
+        """Where a warm group's rank 0 copies each checkpoint for the job's client to take."""
+        if self.run_dir is None:
+            raise ValueError(f"job {self.name} has no run_dir to stage checkpoints in")
+        return Path(self.run_dir) / ".staging"
+
+    def user_config(self) -> dict[str, Any]:
+        """What a kind "function" job's entry gets: the train settings as a dict, plus run_dir (Ray Train's
+        `train_func(config)` convention)."""
+        return {**self.train.model_dump(), "run_dir": self.run_dir}
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """Every rank's argument on a worker group of its own (orchestrator.raytrain.worker.train_worker)."""
+
+    job: Job
+    sink: Any = None  # the run's MetricsSink actor: rows and heartbeats to the driver; None: neither
+    on_start: Callable[[], None] | None = None  # called by rank 0 first (a sweep registers the placement group)
+
+
+def resolve_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
+    module, _, func = entry.partition(":")
+    return getattr(importlib.import_module(module), func)

@@ -1,0 +1,77 @@
+"""The one TorchTrainer factory: a worker function and its typed argument, shaped by a plan (workers,
+resources, placement, backend, the spec's NCCL/gloo environment). Own groups, sweep trials, warm groups and
+pools are all built here; `failure_line` says in one line why a fit failed."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray.train
+from ray.train.torch import TorchConfig, TorchTrainer
+from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+from cluster.plan import Plan
+
+
+class _NoDatasets(WorkerGroupCallback):
+    def before_init_train_context(self, workers: list) -> dict[str, list]:
+        return {"dataset_shard_provider": [None] * len(workers)}  # TrainContext requires the field
+
+
+class LeanTrainer(TorchTrainer):
+    """TorchTrainer without two per-run processes our runs never use (each a Python that imports Ray's
+    libraries on a machine whose cores are busy importing torch for the workers):
+    - Ray's PlacementGroupCleaner polls the State API, which needs the dashboard we keep off; a launch's
+      group goes with its job, and a sweep's reaper removes a stopped trial's group.
+    - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
+      Datasets (ours never have any: the loop reads its own DataLoaders)."""
+
+    def _create_default_callbacks(self) -> list:
+        # Ray 2.60 internals: both are among the default controller callbacks.
+        out = []
+        for callback in super()._create_default_callbacks():
+            if isinstance(callback, DatasetsCallback) and not self.datasets:
+                out.append(_NoDatasets())
+            elif not isinstance(callback, PlacementGroupCleanerCallback):
+                out.append(callback)
+        return out
+
+
+def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
+                 keep_checkpoints: int | None = None, max_failures: int = 0,
+                 callbacks: list | None = None) -> TorchTrainer:
+    """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`."""
+    return LeanTrainer(
+        functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
+        torch_config=TorchConfig(backend=the_plan.backend),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,
+            resources_per_worker=the_plan.resources_per_worker,
+            placement_strategy=the_plan.placement_strategy,
+        ),
+        run_config=ray.train.RunConfig(
+            name=run_dir.name, storage_path=str(run_dir.parent),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=max_failures),
+            worker_runtime_env={"env_vars": the_plan.env},
+            callbacks=callbacks,
+        ),
+    )
+
+
+def failure_line(error: Exception, hangs: list[str], run_dir: Path) -> str:
+    """The cause of a failed fit() in one line: the watchdog's finding, else the first rank's own error."""
+    if hangs:
+        cause = hangs[-1]
+    else:
+        failures = getattr(error, "worker_failures", None) or {}
+        first = failures[min(failures)] if failures else error
+        cause = getattr(first, "cause", None) or first  # RayTaskError wraps the worker's own exception
+        rank = f"rank {min(failures)}: " if failures else ""
+        cause = f"{rank}{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
+    return f"{cause} (logs: {run_dir / 'logs'})"

@@ -1,0 +1,93 @@
+"""What runs inside each Ray Train worker of a group of its own: turn Ray's context into the loop's (rank,
+devices, reporter) and run the job: the shared loop, or the user's own `--entry` function. Kept in a module,
+not __main__, so it pickles."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+
+from orchestrator.raytrain.job import Job, WorkerArgs, resolve_entry
+from orchestrator.raytrain.logs import setup_rank_logging
+from orchestrator.raytrain.watchdog import Heartbeat
+from trainables.checkpoint import checkpoints_in, resume_state
+from trainables.context import DistContext
+from trainables.run import run_training
+
+log = logging.getLogger("orchestrator.worker")
+
+
+class RayReporter:
+    """Rows to the driver's MetricsSink (async); checkpoints through ray.train.report (collective); progress
+    to this rank's heartbeat thread."""
+
+    def __init__(self, sink: Any, heartbeat: Heartbeat | None = None) -> None:
+        self.sink = sink
+        self.heartbeat = heartbeat
+
+    def log(self, row: dict[str, float]) -> None:
+        if self.sink is not None:
+            self.sink.push.remote(row)
+
+    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
+        ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
+        ray.train.report(metrics, checkpoint=ckpt)
+
+    def progress(self, step: int) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.tick_step(step)
+
+
+def ray_context() -> DistContext:
+    ctx = ray.train.get_context()
+    return DistContext(
+        rank=ctx.get_world_rank(),
+        world_size=ctx.get_world_size(),
+        local_rank=ctx.get_local_rank(),
+        # Ray narrows CUDA_VISIBLE_DEVICES per worker; get_devices maps them, so never assume cuda:0.
+        devices=tuple(ray.train.torch.get_devices()),
+    )
+
+
+def latest_state(job: Job) -> dict[str, Any] | None:
+    """The newest complete checkpoint to start from, or None for a fresh start.
+
+    A first start takes the job's own list (a --resume: the run's checkpoints, newest first). A restart after
+    a failure takes Ray's latest (`get_checkpoint`) and what is on disk, since Ray's can be older: the
+    controller learns of a report only when it next polls the workers, so one written just before a worker
+    died is complete but unregistered. Each is checked against its manifest; a cut-short or corrupt one is
+    skipped."""
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is None:
+        return resume_state([Path(p) for p in job.resume])
+    on_disk = checkpoints_in(job.run_dir) if job.run_dir else []
+    return resume_state(on_disk if Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk])
+
+
+def heartbeat(sink: Any, ctx: DistContext) -> contextlib.AbstractContextManager:
+    if sink is None:
+        return contextlib.nullcontext()
+    worker = ray.get_runtime_context().current_actor
+    return Heartbeat(sink, ctx.rank, ray.get_runtime_context().get_node_id(), worker)
+
+
+def train_worker(args: WorkerArgs) -> None:
+    ctx = ray_context()
+    job = args.job
+    setup_rank_logging(ctx.rank, job.log_dir)
+    log.info("rank %d of %d on node %s, pid %d, devices %s", ctx.rank, ctx.world_size,
+             ray.get_runtime_context().get_node_id(), os.getpid(), [str(d) for d in ctx.devices])
+    if args.on_start is not None and ctx.is_main:
+        args.on_start()
+    if job.kind == "function":
+        resolve_entry(job.entry or "")(job.user_config())
+        return
+    with heartbeat(args.sink, ctx) as beat:
+        run_training(job.train, ctx, RayReporter(args.sink, beat), latest_state(job), job.run_dir)

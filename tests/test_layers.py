@@ -1,0 +1,42 @@
+"""The layers hold: import-linter's contracts in pyproject.toml (one-way layers, no import cycle among any
+package's modules) pass, and every import made inside a function says why it is deferred."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
+
+
+def test_import_contracts_are_kept():
+    lint = Path(sys.executable).parent / "lint-imports"
+    proc = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "3 kept, 0 broken" in proc.stdout
+
+
+def function_level_imports(path: Path) -> list[tuple[int, str, str]]:
+    """(line, the import, the line above) for each import statement inside a function."""
+    lines = path.read_text().splitlines()
+    out = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    out.append((inner.lineno, lines[inner.lineno - 1], lines[inner.lineno - 2]))
+    return out
+
+
+def test_every_deferred_import_says_why():
+    # A function-level import is for start-up time (or a process that needs what the driver must not load),
+    # never to dodge a cycle: the contracts above forbid cycles, and each deferral carries its reason.
+    silent = [f"{path.relative_to(REPO)}:{line}: {text.strip()}"
+              for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+              for line, text, above in function_level_imports(path)
+              if "#" not in text and not above.strip().startswith("#")]
+    assert not silent, "\n".join(silent)
