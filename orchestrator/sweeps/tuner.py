@@ -170,9 +170,9 @@ def run_sweep(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, resume: bool = 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     concurrency = concurrent_trials(the_plan, ray.cluster_resources(), cfg.max_concurrent_trials)
     log.info("running up to %d trial(s) at once%s", concurrency, " on warm groups" if cfg.on_warm_groups else "")
-    starts: list[int] = []
-    with trial_workers(cfg, the_plan, sweep_dir, concurrency, starts):
+    with trial_workers(cfg, the_plan, sweep_dir, concurrency) as groups:
         results = make_tuner(cfg, sweep_dir, None if resume else concurrency, quiet).fit()
+    starts = groups.starts if groups is not None else []
     if any(n > 1 for n in starts):
         log.warning("warm groups restarted %d time(s) in this sweep", sum(n - 1 for n in starts))
     best, value = best_of(cfg, results)
@@ -181,21 +181,17 @@ def run_sweep(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, resume: bool = 
 
 
 @contextlib.contextmanager
-def trial_workers(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, concurrency: int,
-                  starts: list[int]) -> Iterator[None]:
-    """What trials run on, for the length of the sweep: warm groups (their start counts are appended to
-    `starts` at the end), or the registry of per-trial groups."""
+def trial_workers(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, concurrency: int) -> Iterator[WarmGroups | None]:
+    """What trials run on, for the length of the sweep: warm groups (yielded; their `starts` are read once the
+    sweep is over), or the registry of per-trial groups (yields None)."""
     if cfg.on_warm_groups:
         # Each trial may cost a group one restart (a worker that died); more, and the group gives up.
         groups = WarmGroups(the_plan, sweep_dir / WARM_DIR, concurrency, max_failures=cfg.num_samples,
                             desk_prefix=desk_prefix(sweep_dir))
-        try:
-            with groups:
-                yield
-        finally:
-            starts.extend(groups.starts)
+        with groups:
+            yield groups
         return
     # Named, owned by this driver: it lives exactly as long as the sweep does.
     registry = ray.remote(num_cpus=0)(PlacementGroupRegistry).options(name=registry_name(sweep_dir)).remote()
     ray.get(registry.pop.remote())  # wait until it is up before any trial looks it up
-    yield
+    yield None
