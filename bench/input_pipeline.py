@@ -53,7 +53,7 @@ def loader_rate(cfg: TrainConfig, device: str, batches: int) -> float:
     import torch
 
     from trainables.context import DistContext
-    from trainables.loop import to_device
+    from trainables.objective import to_device
     from trainables.run import build_loaders
 
     ctx = DistContext(devices=(torch.device(device),))

@@ -82,6 +82,15 @@ def parse_yaml_text(text: str, where: str) -> SourcedDoc:
     return SourcedDoc(_to_python(root, _StrictLoader(""), (), lines, where), lines, where)
 
 
+def parse_value(text: str, where: str) -> Any:
+    """One value typed as YAML reads it (`3` an int, `1e-3` a float, `[1, 2]` a list, `yes` a string)."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader) if text.strip() else ""  # a SafeLoader: no objects built
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: {text!r} is not a YAML value: {problem}") from None
+
+
 def read_yaml(path: str | Path) -> SourcedDoc:
     path = Path(path)
     if not path.is_file():

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import yaml
 from rich.console import Console
@@ -19,6 +20,7 @@ from cluster.launcher import render
 from cluster.plan import plan
 from cluster.spec import ClusterSpec, load_spec
 from groundwork.errors import ConfigError, RunFailed
+from groundwork.yamlio import parse_value
 from orchestrator.admin.doctor import doctor, print_pairs
 from orchestrator.admin.nodes import down, up
 from orchestrator.config import LaunchConfig, resolve_launch
@@ -43,7 +45,9 @@ def _launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a launch YAML (e.g. a sweep's best.yaml); flags override it")
     parser.add_argument("--resume", metavar="RUN", help="continue run RUN from its latest checkpoint")
     add_model_flags(parser, TrainConfig, prefix="o.train.")
-    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train",))
+    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train", "user"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="user_settings",
+                        help="one of your own settings (repeatable), typed as YAML reads it: --set hidden=64")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,8 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_settings(pairs: list[str]) -> dict[str, Any]:
+    """`--set key=value` flags as a mapping, each value typed as YAML reads it."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {pair!r}: write KEY=VALUE, e.g. --set hidden=64")
+        out[key.strip()] = parse_value(value, f"--set {key.strip()}")
+    return out
+
+
 def _config_from(args: argparse.Namespace) -> LaunchConfig:
-    return resolve_launch(overrides_from(args, "o."), args.config, args.resume)
+    overrides = overrides_from(args, "o.")
+    if args.user_settings:
+        overrides["user"] = user_settings(args.user_settings)
+    return resolve_launch(overrides, args.config, args.resume)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -90,7 +108,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from orchestrator.launcher.launch import launch  # deferred: per command (imports torch and Ray)
 
     result = launch(cfg, resume=args.resume is not None)
-    metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss", "loss"))
+    shown = [k for k in ("val_acc", "val_loss", "loss") if k in result.metrics] or [
+        k for k in result.metrics if k not in ("report", "step", "epoch")][:4]  # a function's own metrics
+    metrics = ", ".join(f"{k}={result.metrics[k]:.4g}" for k in shown)
     Console(stderr=True).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s: {metrics}\n"
                                f"  results: {result.path}")
     return 0
@@ -236,6 +256,8 @@ def _render(spec: ClusterSpec, output: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     present_token()  # before anything imports ray
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own modules import from here
     args = build_parser().parse_args(argv)
     try:
         if args.command == "doctor":

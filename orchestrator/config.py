@@ -24,6 +24,7 @@ from trainables.config import Flag, TrainConfig
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 LAUNCH_FILE = "launch.yaml"  # in every run folder: what the run started with
+USER_PREFIX = "user."  # a sweep space's or a flat setting's name for one of the user's own settings
 
 
 class LaunchConfig(BaseModel):
@@ -40,6 +41,10 @@ class LaunchConfig(BaseModel):
     address: str | None = Field(None, description="Ray cluster to join; default: start an embedded local Ray")
     name: str | None = Field(None, description="run folder name; default: <model>-<timestamp>")
     entry: str | None = Field(None, description="module:function run in each worker instead of the shared loop")
+    user: dict[str, Any] = Field(default_factory=dict, description="your own settings, by name: passed to your"
+                                 " model/dataset factories and `entry` function (--set key=value)")
+    datasets: dict[str, str] = Field(default_factory=dict, description="name -> Parquet file or folder: Ray Data"
+                                     " datasets an `entry` function reads with ray.train.get_dataset_shard(name)")
     keep_checkpoints: int = Field(2, ge=1)
     max_failures: int = Field(0, ge=0, description="worker-group restarts from the latest checkpoint")
     hang_timeout: float = Field(300.0, gt=0, description="seconds a rank may make no progress before the run"
@@ -67,6 +72,17 @@ class LaunchConfig(BaseModel):
             raise ValueError(f"gpus_per_worker={gpus:g} shares a GPU, which only a 1-worker job may do (NCCL"
                              f" refuses two ranks on one GPU): workers is {workers}")
         return gpus
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets_feed_a_function(cls, datasets: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if datasets and not info.data.get("entry"):
+            raise ValueError("Ray Data datasets feed an `entry` function (ray.train.get_dataset_shard); the shared"
+                             " loop reads its own: use --dataset parquet --data-path FILE for it")
+        for name, path in datasets.items():
+            if not Path(path).exists() and "://" not in path:
+                raise ValueError(f"{name}: {path}: no such file or folder")
+        return datasets
 
     @field_validator("name")
     @classmethod
@@ -103,11 +119,13 @@ def write_launch_config(cfg: LaunchConfig, path: Path) -> None:
 
 
 def split_overrides(flat: dict[str, Any]) -> dict[str, Any]:
-    """Route flat settings (Python keywords, a sweep's sampled values) to TrainConfig or LaunchConfig fields;
-    unknown ones are errors."""
+    """Route flat settings (Python keywords, a sweep's sampled values) to TrainConfig or LaunchConfig fields,
+    or `user.NAME` to the user's own settings; unknown ones are errors. (`user={...}` sets them all.)"""
     out: dict[str, Any] = {}
     for key, value in flat.items():
-        if key in TrainConfig.model_fields:
+        if key.startswith(USER_PREFIX) and len(key) > len(USER_PREFIX):
+            out.setdefault("user", {})[key[len(USER_PREFIX):]] = value
+        elif key in TrainConfig.model_fields:
             out.setdefault("train", {})[key] = value
         elif key in LaunchConfig.model_fields and key != "train":
             out[key] = value
@@ -119,8 +137,9 @@ def split_overrides(flat: dict[str, Any]) -> dict[str, Any]:
 def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
     """`base` with nested `overrides` ({"train": {...}, "workers": ...}) on top, validated as a whole."""
     data = base.model_dump()
-    data.update({k: v for k, v in overrides.items() if k != "train"})
-    data["train"] = {**data["train"], **overrides.get("train", {})}
+    data.update({k: v for k, v in overrides.items() if k not in ("train", "user")})
+    for nested in ("train", "user"):  # merged key by key: a flag or a sampled value changes one setting
+        data[nested] = {**data[nested], **overrides.get(nested, {})}
     return LaunchConfig.model_validate(data)
 
 

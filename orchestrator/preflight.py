@@ -8,15 +8,19 @@ from cluster.plan import Plan, plan
 from cluster.spec import ClusterSpec, load_spec
 from groundwork.errors import ConfigError
 from orchestrator.config import LaunchConfig
-from orchestrator.raytrain.job import resolve_entry
+from orchestrator.raytrain.job import resolve_entry, takes_config
 from trainables.run import check_config
 
 
 def check_entry(entry: str) -> None:
+    """The function imports, and takes one argument (the config dict) or none, as TorchTrainer allows."""
     try:
-        resolve_entry(entry)
+        fn = resolve_entry(entry)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"entry {entry!r} cannot be loaded ({exc}): check the module is importable") from None
+    if takes_config(fn) is None:
+        raise ConfigError(f"entry {entry!r} cannot be called as train_func(config) or train_func(): a train"
+                          " function takes one argument (its config dict) or none")
 
 
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:

@@ -81,8 +81,8 @@ def straggler_rank(rank: int, world: int, port: int, out: str) -> None:
             time.sleep(0.002)
             return self.inner[i]
 
-    def slow_on_rank_1(cfg, name):
-        train, val, meta = build_datasets(cfg, name)
+    def slow_on_rank_1(cfg, name, user):
+        train, val, meta = build_datasets(cfg, name, user)
         return (Slow(train) if rank == 1 else train), val, meta
 
     trainables.run.build_datasets = slow_on_rank_1
@@ -93,3 +93,74 @@ def straggler_rank(rank: int, world: int, port: int, out: str) -> None:
     if rank == 0:
         Path(out).write_text(json.dumps(reporter.rows))
     dist.destroy_process_group()
+
+
+def ray_docs_train_func(config: dict) -> None:
+    """A train function written as Ray Train's docs teach: its own defaults through config.get, a model
+    prepared by ray.train.torch, a report every epoch with a checkpoint every other one, and get_checkpoint
+    on a restart. `pause_s` slows each epoch so a test can kill a rank mid-run."""
+    import tempfile
+    import time
+
+    import ray.train
+    import ray.train.torch
+    import torch.nn.functional as F
+
+    lr, epochs = config.get("lr", 1e-2), config.get("epochs", 4)
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = x @ torch.arange(8.0) + 1.0
+    inner = torch.nn.Linear(8, 1)
+    model = ray.train.torch.prepare_model(inner)  # DDP across the ranks
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder:
+            state = torch.load(Path(folder) / "model.pt", weights_only=True)
+        inner.load_state_dict(state["model"])
+        start = state["epoch"] + 1
+        print(f"resumed at epoch {start}")
+    for epoch in range(start, epochs):
+        loss = F.mse_loss(model(x).squeeze(-1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(config.get("pause_s", 0.0))
+        metrics = {"loss": loss.item(), "epoch": epoch, "lr_used": lr}
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+        if epoch % 2 == 1:
+            with tempfile.TemporaryDirectory() as folder:
+                torch.save({"model": inner.state_dict(), "epoch": epoch}, Path(folder) / "model.pt")
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+        else:
+            ray.train.report(metrics)
+
+
+def nan_train_func() -> None:
+    """No config argument (TorchTrainer accepts that); its second report's loss is nan."""
+    import ray.train
+
+    ray.train.report({"loss": 1.0})
+    ray.train.report({"loss": float("nan")})
+
+
+def hang_on_rank_1(config: dict) -> None:
+    """Both ranks report once; then rank 1 stops making progress (a stuck data read, a deadlock)."""
+    import time
+
+    import ray.train
+
+    ray.train.report({"loss": 1.0})
+    if ray.train.get_context().get_world_rank() == 1:
+        time.sleep(3600)
+    ray.train.report({"loss": 0.5})
+
+
+def read_shard(config: dict) -> None:
+    """Reads the Ray Data dataset named "rows" and reports how many rows this rank saw."""
+    import ray.train
+
+    shard = ray.train.get_dataset_shard("rows")
+    seen = sum(len(batch["x"]) for batch in shard.iter_batches(batch_size=16))
+    ray.train.report({"rows_seen": seen})

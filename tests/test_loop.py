@@ -124,7 +124,7 @@ def test_profile_steps_writes_a_trace_of_those_steps(tmp_path):
 
 def test_uint8_images_are_scaled_on_the_device():
     from trainables.context import DistContext
-    from trainables.loop import to_device
+    from trainables.objective import to_device
 
     x = torch.tensor([[[[0, 255], [51, 102]]]], dtype=torch.uint8)
     scaled, _ = to_device(x, torch.tensor([1]), DistContext(), TrainConfig(channels_last=True))

@@ -77,7 +77,7 @@ def test_ddp_equals_one_process_on_the_same_global_batch(ray_local, tmp_path, mo
 
 def test_user_entry_runs_in_every_worker(ray_local, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run = orchestrator.launch(**DIGITS, entry="helpers:user_entry", lr=0.123, name="entry")
+    run = orchestrator.launch(**DIGITS, entry="helpers:user_entry", user={"lr": 0.123}, name="entry")
     seen = [json.loads((run.path / f"entry-rank{r}.json").read_text()) for r in (0, 1)]
     assert [s["rank"] for s in seen] == [0, 1]
     assert all(s["world"] == 2 and s["lr"] == 0.123 and s["omp"] == "1" for s in seen)

@@ -126,6 +126,16 @@ def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | 
     return None
 
 
+def newest_complete(folders: Iterable[str | Path]) -> Path | None:
+    """The first folder of `folders` (newest first) that passes its manifest, without loading it."""
+    for folder in folders:
+        problem = verify(folder)
+        if problem is None:
+            return Path(folder)
+        log.warning("checkpoint %s: %s: skipped, trying an older checkpoint", folder, problem)
+    return None
+
+
 def resume_state(folders: list[Path]) -> dict[str, Any] | None:
     """The state a run resumes from: the newest complete checkpoint of `folders` (newest first). None when
     there are none (resumed before its first checkpoint: it starts over); an error when every one is bad."""

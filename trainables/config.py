@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
+from trainables.factories import IMPORT_PATH
+
 Precision = Literal["fp32", "bf16", "fp16"]
 # true/false only: pydantic would otherwise take "yes", "on" or "1" from a YAML file as True
 Flag = Annotated[bool, Strict()]
@@ -23,8 +25,12 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = "digits-cnn"
-    dataset: str | None = Field(None, description="default: the model's own (digits, stdlib-text, fake-images)")
+    model: str = Field("digits-cnn", description="a built-in model, or your own factory: package.module:function")
+    dataset: str | None = Field(None, description="default: the built-in model's own (digits, stdlib-text,"
+                                " fake-images); or your own factory: package.module:function")
+    loss: str | None = Field(
+        None, pattern=IMPORT_PATH.pattern, description="package.module:fn(output, target) for your own loss;"
+        " default: the model's own loss if its output holds one, else cross-entropy")
     data_path: str | None = Field(None, description="a .parquet file or folder, for dataset: parquet")
     epochs: int = Field(3, ge=1)
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps in all")

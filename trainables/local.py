@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,8 +36,8 @@ class LocalReporter:
 
 
 def train_locally(cfg: TrainConfig, folder: str | Path | None = None, resume: str | Path | None = None,
-                  device: str = "cpu") -> tuple[dict[str, float], LocalReporter]:
+                  device: str = "cpu", user: Mapping[str, Any] | None = None) -> tuple[dict[str, float], LocalReporter]:
     reporter = LocalReporter(folder)
     saved = load_state(resume) if resume else None
-    metrics = run_training(cfg, DistContext(devices=(torch.device(device),)), reporter, saved, folder)
+    metrics = run_training(cfg, DistContext(devices=(torch.device(device),)), reporter, saved, folder, user)
     return metrics, reporter

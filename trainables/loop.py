@@ -8,7 +8,6 @@ log a row; a checkpoint every `checkpoint_every` steps and at the end of each ep
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import shutil
 import tempfile
@@ -19,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -28,6 +26,7 @@ from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
 from trainables.data.samplers import ResumableSampler
 from trainables.health import Health
+from trainables.objective import Objective, batch_to_device
 from trainables.parallel import unwrap
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
@@ -50,6 +49,7 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     amp: MixedPrecision
+    objective: Objective  # how a batch becomes a loss
     # The strategy's way to accumulate gradients without syncing them (DDP's no_sync; nothing to skip else).
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     position: Position = field(default_factory=Position)
@@ -84,35 +84,6 @@ def total_steps(cfg: TrainConfig, loaders: Loaders) -> int:
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
-def to_device(x: torch.Tensor, y: torch.Tensor, ctx: DistContext,
-              cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Async copy to the worker's device (the loader pins memory on CUDA, so it overlaps compute). Images
-    that come as uint8 are scaled to [0, 1] there, after the copy: a quarter of the bytes cross the bus."""
-    fmt = torch.channels_last if cfg.channels_last and x.ndim == 4 else torch.contiguous_format
-    x = x.to(ctx.device, non_blocking=True, memory_format=fmt)
-    if x.dtype == torch.uint8:
-        x = x.float().div_(255)  # elementwise: keeps channels_last
-    return x, y.to(ctx.device, non_blocking=True)
-
-
-def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over every position, in fp32. Under --compile this is compiled too: fused, it never
-    writes the fp32 copy of the logits (for GPT-2 at batch 16 x 1024, 3.3 GB per step)."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), y.to(logits.device).flatten())
-
-
-@functools.cache
-def compiled_cross_entropy() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    return torch.compile(cross_entropy, dynamic=False)  # made on first use: importing dynamo takes seconds
-
-
-def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: MixedPrecision,
-            cfg: TrainConfig) -> torch.Tensor:
-    with amp.autocast():
-        logits = model(x)  # (B, classes) or (B, T, vocab), on the last pipeline stage's device
-    return (compiled_cross_entropy() if cfg.compile else cross_entropy)(logits, y)
-
-
 def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistContext,
                health: Health) -> torch.Tensor:
     """One optimizer step over grad_accum micro-batches. Returns the mean loss, still on the device."""
@@ -120,13 +91,12 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
     total = torch.zeros((), device=ctx.device)
     for micro in range(cfg.grad_accum):
         clock.data_start()
-        x, y = next(batches)
-        x, y = to_device(x, y, ctx, cfg)
+        batch = batch_to_device(next(batches), ctx, cfg)
         # Only the last micro-batch syncs gradients: earlier ones accumulate locally.
         last = micro == cfg.grad_accum - 1
         with contextlib.nullcontext() if last else state.no_sync():
             forward = clock.forward_start()
-            loss = loss_of(model, x, y, amp, cfg)
+            loss = state.objective.forward(model, batch, amp).loss
             clock.forward_end(forward)
             amp.scaler.scale(loss / cfg.grad_accum).backward()
         total += loss.detach().to(total.device)
@@ -150,22 +120,20 @@ def train_step(state: TrainState, batches: Any, cfg: TrainConfig, ctx: DistConte
 @torch.no_grad()
 def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: TrainConfig,
              reporter: Reporter) -> dict[str, float]:
-    """Loss and accuracy over the whole validation split, each sample counted once across ranks."""
+    """Loss (and, for cross-entropy, accuracy) over the whole validation split, each sample counted once
+    across ranks."""
     state.model.eval()
-    sums = torch.zeros(3, device=ctx.device, dtype=torch.float64)  # loss sum, correct, count
-    for x, y in loader:
+    sums = torch.zeros(4, device=ctx.device, dtype=torch.float64)  # loss sum, correct, samples, with accuracy
+    for batch in loader:
         reporter.progress(state.position.step)  # a long validation is progress, not a hang
-        x, y = to_device(x, y, ctx, cfg)
-        with state.amp.autocast():
-            logits = state.model(x)
-        logits, y = logits.flatten(0, -2).float(), y.to(logits.device).flatten()
-        batch = torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
-                             (logits.argmax(-1) == y).sum().double(), torch.tensor(y.numel(), device=y.device)])
-        sums += batch.to(sums.device)
+        sums += state.objective.eval_sums(state.model, batch_to_device(batch, ctx, cfg), state.amp).to(sums.device)
     if ctx.distributed:
         dist.all_reduce(sums)
     state.model.train()
-    return {"val_loss": (sums[0] / sums[2]).item(), "val_acc": (sums[1] / sums[2]).item()}
+    out = {"val_loss": (sums[0] / sums[2]).item()}
+    if sums[3] > 0:
+        out["val_acc"] = (sums[1] / sums[3]).item()
+    return out
 
 
 def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: Reporter,

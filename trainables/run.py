@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from groundwork.errors import ConfigError
 from trainables.checkpoint import set_rng_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
-from trainables.data import DATASET_KINDS, DATASETS, build_datasets
+from trainables.data import DATASET_KINDS, DATASETS, DataMeta, build_datasets
 from trainables.data.samplers import ResumableSampler, ShardSampler
+from trainables.factories import is_import_path, resolve
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, check_pairing, model_entry
+from trainables.objective import objective_of
 from trainables.parallel import parallelize, unwrap
 from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
@@ -38,9 +41,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_loaders(cfg: TrainConfig, ctx: DistContext) -> tuple[Loaders, Any]:
-    name = cfg.dataset or model_entry(cfg.model).default_dataset
-    train_ds, val_ds, meta = build_datasets(cfg, name)
+def dataset_of(cfg: TrainConfig) -> str:
+    """The dataset to train on: the one asked for, else the built-in model's own."""
+    if cfg.dataset:
+        return cfg.dataset
+    if is_import_path(cfg.model):
+        raise ConfigError(f"model {cfg.model!r} is your own: name its data with --dataset (a built-in name or"
+                          " package.module:factory)")
+    return model_entry(cfg.model).default_dataset
+
+
+def build_loaders(cfg: TrainConfig, ctx: DistContext, user: Mapping[str, Any]) -> tuple[Loaders, DataMeta]:
+    train_ds, val_ds, meta = build_datasets(cfg, dataset_of(cfg), user)
     sampler = ResumableSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=cfg.seed)
     common = {
         "batch_size": cfg.batch_size,
@@ -75,16 +87,17 @@ def lr_lambda(cfg: TrainConfig, steps: int):
     return factor
 
 
-def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Any) -> TrainState:
+def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: DataMeta,
+                user: Mapping[str, Any]) -> TrainState:
     seed_everything(cfg.seed)  # same initial weights on every rank and every run
-    model = build_model(cfg.model, meta)
+    model = build_model(cfg.model, meta, cfg, user)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     wrapped = parallelize(model, cfg, ctx)
     optimizer = build_optimizer(cfg, wrapped.model, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
     return TrainState(wrapped.model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device),
-                      no_sync=wrapped.no_sync)
+                      objective_of(cfg), no_sync=wrapped.no_sync)
 
 
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:
@@ -111,12 +124,15 @@ def apply_hyperparameters(state: TrainState, cfg: TrainConfig) -> None:
 
 
 def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
-                 resume_from: dict[str, Any] | None = None, run_dir: str | Path | None = None) -> dict[str, float]:
+                 resume_from: dict[str, Any] | None = None, run_dir: str | Path | None = None,
+                 user: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Train `cfg` on this rank. `user` holds the user's own settings, for their model/dataset factories."""
+    user = user or {}
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-    loaders, meta = build_loaders(cfg, ctx)
-    state = build_state(cfg, ctx, loaders, meta)
+    loaders, meta = build_loaders(cfg, ctx, user)
+    state = build_state(cfg, ctx, loaders, meta, user)
     if resume_from is not None:
         restore(state, resume_from, cfg)
         log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)
@@ -129,12 +145,17 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
 
 def check_config(cfg: TrainConfig) -> None:
     """The checks that need no data loaded, run by the driver before any worker starts."""
-    entry = model_entry(cfg.model)
-    name = cfg.dataset or entry.default_dataset
-    if name not in DATASETS:
-        raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
-    if name in DATASET_KINDS:
+    if not is_import_path(cfg.model):
+        model_entry(cfg.model)  # a built-in name: one we know
+    name = dataset_of(cfg)
+    for path, what in ((cfg.model, "model"), (name, "dataset"), (cfg.loss, "loss")):
+        if path and is_import_path(path):
+            resolve(path, what)  # importable and callable, here rather than in every worker
+    if not is_import_path(cfg.model) and name in DATASET_KINDS:
         check_pairing(cfg.model, DATASET_KINDS[name])
+    if not is_import_path(name) and name not in DATASETS:
+        raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)} or give"
+                          " package.module:factory")
     if cfg.data_path and not Path(cfg.data_path).exists():
         raise ConfigError(f"data_path {cfg.data_path}: no such file or folder")
     if cfg.precision == "fp16" and not torch.cuda.is_available():

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class RunResult:
     name: str
     path: Path
-    metrics: dict[str, float]  # the last validation report
+    metrics: dict[str, float]  # the last validation row (a train function's: its last report)
     checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
     rows: list[dict[str, float]]
     seconds: float
@@ -49,7 +49,7 @@ def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[Launch
 def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:
     """The launch as one job; a resumed one starts from the run's checkpoints, newest first."""
     return Job(name=run_dir.name, train=cfg.train, kind="function" if cfg.entry else "loop", entry=cfg.entry,
-               run_dir=str(run_dir), log_dir=str(run_dir / "logs"),
+               run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
                resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else ())
 
 
@@ -75,5 +75,10 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     if rows:
         write_rows(rows, run_dir)
         plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")
-    last_val = next((r for r in reversed(rows) if r.get("val_acc") is not None), {})
-    return RunResult(cfg.name or "", run_dir, last_val, checkpoint, rows, time.perf_counter() - started)
+    return RunResult(cfg.name or "", run_dir, last_validation(rows), checkpoint, rows, time.perf_counter() - started)
+
+
+def last_validation(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The newest row that holds a validation metric, else the newest row (a function may report none)."""
+    return next((r for r in reversed(rows) if r.get("val_loss") is not None or r.get("val_acc") is not None),
+                rows[-1] if rows else {})

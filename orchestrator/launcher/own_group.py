@@ -34,8 +34,10 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
     """Run the job on a new worker group; returns its rows and its latest checkpoint."""
     sink = RemoteSink.options(name=sink_name(run_dir.name)).remote()
     trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
-                           keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures)
-    bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
+                           keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures,
+                           datasets=cfg.datasets)
+    epochs = None if job.kind == "function" else cfg.train.epochs  # a function counts its own
+    bar, update = progress_bar(epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
     try:
         with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import ray
@@ -32,19 +33,21 @@ class LiveRows(Periodic):
         self.tick()  # the last rows pushed before the workers finished
 
 
-def progress_bar(epochs: int) -> tuple[Progress, Callable[[list[dict]], None]]:
-    progress = Progress(
-        TextColumn("[bold]epoch {task.completed:.2f}/{task.total:.0f}"), BarColumn(),
-        TextColumn("step {task.fields[step]}  loss {task.fields[loss]}  {task.fields[speed]}"),
-        TimeElapsedColumn(),
-    )
-    task = progress.add_task("train", total=epochs, step=0, loss="-", speed="")
+def progress_bar(epochs: int | None) -> tuple[Progress, Callable[[list[dict]], None]]:
+    """The shared loop's bar (epochs known), or a train function's (`epochs` None: its own reports, and their
+    rate, drive it)."""
+    head = "[bold]epoch {task.completed:.2f}/{task.total:.0f}" if epochs else "[bold]report {task.fields[report]}"
+    progress = Progress(TextColumn(head), BarColumn(),
+                        TextColumn("step {task.fields[step]}  loss {task.fields[loss]}  {task.fields[speed]}"),
+                        TimeElapsedColumn())
+    task = progress.add_task("train", total=epochs, step=0, loss="-", speed="", report=0)
+    started = time.monotonic()
 
     def update(rows: list[dict]) -> None:
         last = rows[-1]
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
         speed = next((r["samples_per_s"] for r in reversed(rows) if r.get("samples_per_s")), None)
-        progress.update(task, completed=last.get("epoch", 0), step=int(last.get("step", 0)),
-                        loss=f"{loss:.4f}" if loss is not None else "-",
-                        speed=f"{speed:,.0f} samples/s" if speed else "")
+        rate = f"{speed:,.0f} samples/s" if speed else f"{len(rows) / (time.monotonic() - started):.2f} reports/s"
+        progress.update(task, completed=last.get("epoch", 0), step=int(last.get("step", 0)), report=len(rows),
+                        loss=f"{loss:.4f}" if loss is not None else "-", speed=rate if epochs is None or speed else "")
     return progress, update

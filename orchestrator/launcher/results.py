@@ -41,15 +41,17 @@ def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
     matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
     import matplotlib.pyplot as plt  # deferred: as matplotlib
 
-    train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and r.get("val_loss") is None]
+    # The loop's validation rows repeat the last train loss; a train function's reports are all its own.
+    train = [(r["step"], r["loss"]) for r in rows
+             if r.get("loss") is not None and (r.get("val_loss") is None or "report" in r)]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if train:
         ax.plot(*zip(*train, strict=True), label="train loss (rank 0)")
     if val:
         ax.plot(*zip(*val, strict=True), "o-", label="validation loss")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy")
+    ax.set_xlabel("optimizer step (a function's own `step`, else its report's number)")
+    ax.set_ylabel("loss")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()

@@ -5,6 +5,7 @@ shape serves own groups, warm groups and pools alike. No Ray here."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ class Job:
     run_dir: str | None = None  # the job's folder: checkpoints found there on a restart, profile traces
     log_dir: str | None = None  # each rank logs to <log_dir>/rank-N.log; None: the worker group's own logs
     resume: tuple[str, ...] = ()  # checkpoint folders to resume from, newest first: the first complete one wins
+    user: dict[str, Any] = field(default_factory=dict)  # the user's own settings (`user:`, --set)
     sampled: dict[str, Any] = field(default_factory=dict)  # a sweep trial's sampled settings, for its logs
 
     def __post_init__(self) -> None:
@@ -41,9 +43,9 @@ class Job:
         return Path(self.run_dir) / ".staging"
 
     def user_config(self) -> dict[str, Any]:
-        """What a kind "function" job's entry gets: the train settings as a dict, plus run_dir (Ray Train's
-        `train_func(config)` convention)."""
-        return {**self.train.model_dump(), "run_dir": self.run_dir}
+        """What a kind "function" job's entry gets (Ray Train's `train_func(config)` convention): only the
+        user's own settings, so `config.get("lr", 1e-2)` keeps the function's default, plus `run_dir`."""
+        return {**self.user, "run_dir": self.run_dir}
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,20 @@ class WorkerArgs:
     job: Job
     sink: Any = None  # the run's MetricsSink actor: rows and heartbeats to the driver; None: neither
     on_start: Callable[[], None] | None = None  # called by rank 0 first (a sweep registers the placement group)
+
+
+def takes_config(fn: Callable[..., Any]) -> bool | None:
+    """Whether a train function takes its config dict (True) or nothing (False), as TorchTrainer allows;
+    None when it can be called neither way."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    required = [p for p in params if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in required) or len(required) > 1:
+        return None
+    return len(required) == 1
 
 
 def resolve_entry(entry: str) -> Callable[[dict[str, Any]], Any]:

@@ -3,8 +3,12 @@ file in the run folder, so a rank that failed can be read on its own."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TextIO
 
 FORMAT = "[rank %(rank)s] %(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -17,6 +21,40 @@ class _RankFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.rank = self.rank
         return True
+
+
+class _Tee:
+    """A text stream that writes to two."""
+
+    def __init__(self, first: TextIO, second: TextIO) -> None:
+        self.first, self.second = first, second
+
+    def write(self, text: str) -> int:
+        self.second.write(text)
+        return self.first.write(text)
+
+    def flush(self) -> None:
+        self.first.flush()
+        self.second.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.first, name)
+
+
+@contextlib.contextmanager
+def rank_output(rank: int, log_dir: str | Path | None) -> Iterator[None]:
+    """`print` and anything else written to stdout/stderr goes into this rank's log file too (Ray forwards
+    it to the driver as before), so a user's own output can be read per rank."""
+    if log_dir is None:
+        yield
+        return
+    saved = sys.stdout, sys.stderr
+    with open(Path(log_dir) / f"rank-{rank}.log", "a", buffering=1) as file:
+        sys.stdout, sys.stderr = _Tee(saved[0], file), _Tee(saved[1], file)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 def setup_rank_logging(rank: int | str, log_dir: str | Path | None, level: int = logging.INFO) -> None:

@@ -5,6 +5,7 @@ pools are all built here; `failure_line` says in one line why a fit failed."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,29 @@ class LeanTrainer(TorchTrainer):
         return out
 
 
+def importable_from_here() -> dict[str, str]:
+    """The driver's working directory on the workers' import path, as `python -m` puts it on the driver's: a
+    user's own model, dataset or train function in this folder imports there too (Ray expands ${PYTHONPATH}
+    to the worker's own)."""
+    return {"PYTHONPATH": f"{os.getcwd()}{os.pathsep}${{PYTHONPATH}}"}
+
+
+def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
+    """Ray Data datasets from Parquet paths, for a train function's ray.train.get_dataset_shard(name)."""
+    if not paths:
+        return {}
+    import ray.data  # deferred: importing Ray Data takes seconds, and only runs that name datasets use it
+
+    return {name: ray.data.read_parquet(path) for name, path in paths.items()}
+
+
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
-                 keep_checkpoints: int | None = None, max_failures: int = 0,
-                 callbacks: list | None = None) -> TorchTrainer:
+                 keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
+                 datasets: dict[str, str] | None = None) -> TorchTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`."""
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
+        datasets=ray_datasets(datasets or {}),
         torch_config=TorchConfig(backend=the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
             num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,
@@ -58,7 +76,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            worker_runtime_env={"env_vars": the_plan.env},
+            worker_runtime_env={"env_vars": {**the_plan.env, **importable_from_here()}},
             callbacks=callbacks,
         ),
     )

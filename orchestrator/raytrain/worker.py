@@ -14,8 +14,9 @@ import ray
 import ray.train
 import ray.train.torch
 
-from orchestrator.raytrain.job import Job, WorkerArgs, resolve_entry
-from orchestrator.raytrain.logs import setup_rank_logging
+from orchestrator.raytrain.function import run_function
+from orchestrator.raytrain.job import Job, WorkerArgs
+from orchestrator.raytrain.logs import rank_output, setup_rank_logging
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.checkpoint import checkpoints_in, resume_state
 from trainables.context import DistContext
@@ -86,8 +87,13 @@ def train_worker(args: WorkerArgs) -> None:
              ray.get_runtime_context().get_node_id(), os.getpid(), [str(d) for d in ctx.devices])
     if args.on_start is not None and ctx.is_main:
         args.on_start()
-    if job.kind == "function":
-        resolve_entry(job.entry or "")(job.user_config())
-        return
-    with heartbeat(args.sink, ctx) as beat:
-        run_training(job.train, ctx, RayReporter(args.sink, beat), latest_state(job), job.run_dir)
+    with heartbeat(args.sink, ctx) as beat, rank_output(ctx.rank, job.log_dir):
+        try:
+            if job.kind == "function":
+                run_function(job, ctx, args.sink, beat)
+            else:
+                run_training(job.train, ctx, RayReporter(args.sink, beat), latest_state(job), job.run_dir,
+                             job.user)
+        except Exception:
+            log.exception("rank %d failed", ctx.rank)  # the whole traceback, in this rank's own log
+            raise

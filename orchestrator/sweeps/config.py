@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.config import RUN_NAME, LaunchConfig
+from orchestrator.config import RUN_NAME, USER_PREFIX, LaunchConfig
 from trainables.config import Flag, TrainConfig
 
 
@@ -65,7 +65,8 @@ class Scheduler(_Strict):
 class SweepConfig(_Strict):
     name: str | None = Field(None, description="sweep folder under sweeps/; default: sweep-<time>")
     base: LaunchConfig = Field(default_factory=LaunchConfig)
-    space: dict[str, Param] = Field(min_length=1, description="setting name -> distribution")
+    space: dict[str, Param] = Field(min_length=1, description="setting name (or user.NAME, one of your own)"
+                                    " -> distribution")
     metric: str = "val_acc"
     mode: Literal["max", "min"] = "max"
     num_samples: int = Field(8, ge=1)
@@ -78,10 +79,10 @@ class SweepConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
-        settable = (set(TrainConfig.model_fields) | set(LaunchConfig.model_fields)) - {"train", "name", "quiet"}
+        settable = (set(TrainConfig.model_fields) | set(LaunchConfig.model_fields)) - {"train", "user", "name", "quiet"}
         for key in self.space:
-            if key not in settable:
-                raise ValueError(f"space key {key!r} is not a launch or train setting")
+            if key not in settable and not (key.startswith(USER_PREFIX) and len(key) > len(USER_PREFIX)):
+                raise ValueError(f"space key {key!r} is not a launch or train setting, nor user.NAME (your own)")
         grids = [k for k, p in self.space.items() if isinstance(p, Choice) and p.type == "grid"]
         if grids and self.search == "optuna":
             raise ValueError(f"grid parameters {grids} cannot be searched by optuna: use search: random")

@@ -33,6 +33,7 @@ def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
         frames.append(frame)
     keep = ["trial", "training_iteration", "step", "epoch", "loss", "val_loss", "val_acc", "samples_per_s", "lr",
             "train_time_s", "time_total_s", "timestamp", "stopped_early", "error", *[f"param_{k}" for k in cfg.space]]
+    keep += [] if cfg.metric in keep else [cfg.metric]  # a train function's own metric
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keep)
     return table[[c for c in keep if c in table.columns]]
 
@@ -61,10 +62,12 @@ def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
     import matplotlib.pyplot as plt  # deferred: as matplotlib
 
+    # x: optimizer steps for the shared loop; Tune's report count for a train function that reports no step
+    x = "step" if "step" in table and table["step"].notna().all() else "training_iteration"
     fig, (per_trial, so_far) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
     for trial, rows in table.groupby("trial"):
-        per_trial.plot(rows["step"], rows[cfg.metric], "o-", ms=3, label=str(trial)[-5:])
-    per_trial.set(xlabel="optimizer step", ylabel=cfg.metric, title="every trial")
+        per_trial.plot(rows[x], rows[cfg.metric], "o-", ms=3, label=str(trial)[-5:])
+    per_trial.set(xlabel="optimizer step" if x == "step" else "report", ylabel=cfg.metric, title="every trial")
     ordered = table.sort_values("time_total_s") if "time_total_s" in table else table
     values = ordered[cfg.metric]
     best = values.cummax() if cfg.mode == "max" else values.cummin()

@@ -49,10 +49,10 @@ def trial_on_own_group(config: dict[str, Any], context: TrialContext) -> None:
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(context.trials_dir) / trial_id
     job = Job(name=trial_id, train=cfg.train, kind="function" if cfg.entry else "loop", entry=cfg.entry,
-              run_dir=str(run_dir), log_dir=str(run_dir / "logs"), sampled=dict(config))
+              run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user, sampled=dict(config))
     args = WorkerArgs(job, on_start=functools.partial(register_current_group, context.registry, trial_id))
     make_trainer(train_worker, args, the_plan, run_dir, keep_checkpoints=cfg.keep_checkpoints,
-                 max_failures=cfg.max_failures, callbacks=[TuneReportCallback()]).fit()
+                 max_failures=cfg.max_failures, callbacks=[TuneReportCallback()], datasets=cfg.datasets).fit()
 
 
 def report_to_tune(metrics: dict[str, Any], path: str | None) -> None:
@@ -69,7 +69,7 @@ def trial_on_warm_group(config: dict[str, Any], context: TrialContext) -> None:
     trial_id = tune.get_context().get_trial_id()
     resume = tune.get_checkpoint()  # set when Tune resumes the trial, or PBT hands it another's weights
     job = Job(name=trial_id, train=cfg.train, run_dir=str(Path(context.trials_dir) / trial_id),
-              resume=(resume.path,) if resume else (), sampled=dict(config))
+              resume=(resume.path,) if resume else (), user=cfg.user, sampled=dict(config))
     desks = sorted(name for name in ray.util.list_named_actors() if name.startswith(context.desk_prefix))
     # One line per checkpoint from Ray ("Checkpoint successfully created") is noise in a sweep's output.
     logging.getLogger("ray.train").setLevel(logging.WARNING)

@@ -98,7 +98,7 @@ def run_job(job: Job, ctx: DistContext, reporter: Reporter) -> Ended:
     try:
         # Read here, inside the try: no usable checkpoint is the job's error, not the group's.
         resume = resume_state([Path(p) for p in job.resume])
-        run_training(job.train, ctx, reporter, resume, job.run_dir)
+        run_training(job.train, ctx, reporter, resume, job.run_dir, job.user)
     except _Stopped:
         return Ended("stopped")
     except JobError as exc:

@@ -1,8 +1,11 @@
-"""Datasets by name. Each builder returns (train, val, meta); meta tells the model what it is fed."""
+"""Datasets by name, or a user's own by import path (`package.module:factory`, see trainables.factories).
+Each builder returns (train, val, meta); meta tells the model what it is fed. A user's factory returns
+(train, val) or (train, val, DataMeta)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from torch.utils.data import Dataset
 
@@ -13,6 +16,7 @@ from trainables.data.meta import DataMeta
 from trainables.data.parquet import parquet
 from trainables.data.synthetic import fake_images, fake_tokens
 from trainables.data.text import stdlib_text
+from trainables.factories import call, is_import_path, resolve
 
 Builder = Callable[[TrainConfig], tuple[Dataset, Dataset, DataMeta]]
 DATASETS: dict[str, Builder] = {
@@ -27,10 +31,21 @@ DATASET_KINDS: dict[str, str] = {"digits": "image", "stdlib-text": "tokens", "fa
                                  "fake-tokens": "tokens"}
 
 
-def build_datasets(cfg: TrainConfig, name: str) -> tuple[Dataset, Dataset, DataMeta]:
+def build_datasets(cfg: TrainConfig, name: str,
+                   user: Mapping[str, Any] | None = None) -> tuple[Dataset, Dataset, DataMeta]:
+    if is_import_path(name):
+        return users_datasets(call(resolve(name, "dataset"), name, "dataset", {"cfg": cfg}, user or {}), name)
     if name not in DATASETS:
         raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
     return DATASETS[name](cfg)
+
+
+def users_datasets(out: Any, name: str) -> tuple[Dataset, Dataset, DataMeta]:
+    if isinstance(out, tuple | list) and len(out) in (2, 3) and (len(out) == 2 or isinstance(out[2], DataMeta)):
+        meta = out[2] if len(out) == 3 else DataMeta(kind="custom", num_classes=0)
+        return out[0], out[1], meta
+    raise ConfigError(f"dataset {name!r} returned a {type(out).__name__}: a dataset factory returns (train, val)"
+                      " or (train, val, DataMeta)")
 
 
 __all__ = ["DATASETS", "DATASET_KINDS", "DataMeta", "build_datasets"]

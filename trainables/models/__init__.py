@@ -1,14 +1,18 @@
-"""Models by name. A builder takes the dataset's meta, so one model name works with several datasets."""
+"""Models by name, or a user's own by import path (`package.module:factory`, see trainables.factories). A
+built-in builder takes the dataset's meta, so one model name works with several datasets."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
 from groundwork.errors import ConfigError
+from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
+from trainables.factories import call, is_import_path, resolve
 from trainables.models.digits_cnn import DigitsCNN
 from trainables.models.gpt import GPT, GPTConfig
 from trainables.models.vision import resnet
@@ -52,5 +56,15 @@ def check_pairing(name: str, data_kind: str) -> ModelEntry:
     return entry
 
 
-def build_model(name: str, meta: DataMeta) -> nn.Module:
-    return check_pairing(name, meta.kind).build(meta)
+def build_model(name: str, meta: DataMeta, cfg: TrainConfig | None = None,
+                user: Mapping[str, Any] | None = None) -> nn.Module:
+    if not is_import_path(name):
+        return check_pairing(name, meta.kind).build(meta)
+    offered: dict[str, Any] = {"meta": meta, "cfg": cfg or TrainConfig()}
+    if meta.num_classes:
+        offered["num_classes"] = meta.num_classes
+    model = call(resolve(name, "model"), name, "model", offered, user or {})
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model {name!r} returned a {type(model).__name__}: a model factory returns a"
+                          " torch.nn.Module")
+    return model
