@@ -39,7 +39,7 @@ class LaunchConfig(BaseModel):
     node_group: str | None = None
     cluster: str | None = Field(None, description="cluster spec YAML; default: this machine")
     address: str | None = Field(None, description="Ray cluster to join; default: start an embedded local Ray")
-    name: str | None = Field(None, description="run folder name; default: <model>-<timestamp>")
+    name: str | None = Field(None, description="run folder name; default: <model or entry function>-<time>")
     entry: str | None = Field(None, description="module:function run in each worker instead of the shared loop")
     user: dict[str, Any] = Field(default_factory=dict, description="your own settings, by name: passed to your"
                                  " model/dataset factories and `entry` function (--set key=value)")

@@ -15,6 +15,7 @@ from test_ray_train import launch_and_signal
 
 import orchestrator
 from groundwork.errors import RunFailed
+from trainables.checkpoint import checkpoints_in
 
 TWO = {"workers": 2, "quiet": True}
 
@@ -31,9 +32,9 @@ def test_a_function_written_as_ray_teaches_runs_unmodified(ray_local, in_tmp):
     assert frame["loss"].is_monotonic_decreasing
     assert run.metrics["loss"] == pytest.approx(frame["loss"].iloc[-1])
     assert (run.path / "loss.png").read_bytes()[:4] == b"\x89PNG"
-    checkpoints = sorted(run.path.glob("checkpoint_*"))
-    assert len(checkpoints) == 2  # epochs 1 and 3, each with the loop's manifest
-    manifest = json.loads((checkpoints[-1] / "manifest.json").read_text())["files"]
+    checkpoints = checkpoints_in(run.path)
+    assert len(checkpoints) == 2  # epochs 1 and 3 (keep_checkpoints 2), each with the loop's manifest
+    manifest = json.loads((checkpoints[0] / "manifest.json").read_text())["files"]
     assert {"model.pt", "orchestrator_reports.json"} <= set(manifest)
     assert "epoch 3 loss" in (run.path / "logs" / "rank-1.log").read_text()  # each rank's print, in its log
 
@@ -70,7 +71,7 @@ def test_a_function_reads_ray_data_datasets(ray_local, in_tmp):
 
     pq.write_table(pa.table({"x": list(range(100))}), in_tmp / "rows.parquet")
     run = orchestrator.launch(entry="helpers:read_shard", datasets={"rows": str(in_tmp / "rows.parquet")},
-                              workers=1, quiet=True, name="data")
+                              workers=1, cpus_per_worker=1, quiet=True, name="data")  # a CPU left for Ray Data
     assert run.metrics["rows_seen"] == 100
 
 

@@ -51,8 +51,9 @@ def dataset_of(cfg: TrainConfig) -> str:
     return model_entry(cfg.model).default_dataset
 
 
-def build_loaders(cfg: TrainConfig, ctx: DistContext, user: Mapping[str, Any]) -> tuple[Loaders, DataMeta]:
-    train_ds, val_ds, meta = build_datasets(cfg, dataset_of(cfg), user)
+def build_loaders(cfg: TrainConfig, ctx: DistContext,
+                  user: Mapping[str, Any] | None = None) -> tuple[Loaders, DataMeta]:
+    train_ds, val_ds, meta = build_datasets(cfg, dataset_of(cfg), user or {})
     sampler = ResumableSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=cfg.seed)
     common = {
         "batch_size": cfg.batch_size,

@@ -35,7 +35,7 @@ class RunResult:
 
 
 def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, Path]:
-    name = cfg.name or f"{cfg.train.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = cfg.name or default_name(cfg)
     run_dir = Path(the_plan.storage_path) / name
     exists = (run_dir / LAUNCH_FILE).exists()
     if resume and not exists:
@@ -44,6 +44,13 @@ def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[Launch
         raise ConfigError(f"run {name!r} already exists at {run_dir}: continue it with --resume {name}"
                           " or choose another --name")
     return cfg.model_copy(update={"name": name}), run_dir
+
+
+def default_name(cfg: LaunchConfig) -> str:
+    """<what runs>-<time>: the built-in model's name, or the function of an import path (`mypkg.nets:mlp`:
+    mlp), which has no `:` or `.` to trouble a path."""
+    what = (cfg.entry or cfg.train.model).rsplit(":", 1)[-1]
+    return f"{what}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:

@@ -27,7 +27,7 @@ import ray.train
 from groundwork.errors import NonFiniteLoss
 from orchestrator.raytrain.job import Job, resolve_entry, takes_config
 from orchestrator.raytrain.watchdog import Heartbeat
-from trainables.checkpoint import MANIFEST_FILE, checkpoints_in, newest_complete, write_manifest
+from trainables.checkpoint import MANIFEST_FILE, newest_complete, write_manifest
 from trainables.context import DistContext
 
 log = logging.getLogger("orchestrator.worker")
@@ -74,12 +74,7 @@ class ReportTap:
 
     def get_checkpoint(self) -> ray.train.Checkpoint | None:
         latest = self.real_get_checkpoint()
-        if latest is None:
-            folders = [Path(p) for p in self.job.resume]
-        else:
-            on_disk = checkpoints_in(self.job.run_dir) if self.job.run_dir else []
-            folders = on_disk if Path(latest.path) in on_disk else [Path(latest.path), *on_disk]
-        found = newest_complete(folders)
+        found = newest_complete(self.job.checkpoint_folders(Path(latest.path) if latest else None))
         if found is not None:
             log.info("resuming from %s", found)
             count = found / COUNT_FILE  # the reports go on counting from the checkpoint's

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
 
 # "loop": the shared training loop on `train`; "function": the user's `entry(config)` in every worker.
@@ -41,6 +42,14 @@ class Job:
         if self.run_dir is None:
             raise ValueError(f"job {self.name} has no run_dir to stage checkpoints in")
         return Path(self.run_dir) / ".staging"
+
+    def checkpoint_folders(self, latest: Path | None) -> list[Path]:
+        """Where a (re)start of this job on a group of its own looks for a checkpoint, newest first: Ray's
+        latest, then the run folder's own (a checkpoint written just before a worker died is complete but
+        may be unknown to Ray, whose controller learns of a report only when it next polls; a --resume
+        finds the run's there). A run folder holds only its own run's checkpoints."""
+        on_disk = checkpoints_in(self.run_dir) if self.run_dir else [Path(p) for p in self.resume]
+        return on_disk if latest is None or latest in on_disk else [latest, *on_disk]
 
     def user_config(self) -> dict[str, Any]:
         """What a kind "function" job's entry gets (Ray Train's `train_func(config)` convention): only the

@@ -43,18 +43,19 @@ class _Tee:
 
 @contextlib.contextmanager
 def rank_output(rank: int, log_dir: str | Path | None) -> Iterator[None]:
-    """`print` and anything else written to stdout/stderr goes into this rank's log file too (Ray forwards
-    it to the driver as before), so a user's own output can be read per rank."""
+    """`print` output goes into this rank's log file too (Ray forwards it to the driver as before), so a
+    user's own output can be read per rank. Not stderr: Ray Train's own chatter goes there, and a failing
+    rank's traceback reaches the file through logging (orchestrator.raytrain.worker)."""
     if log_dir is None:
         yield
         return
-    saved = sys.stdout, sys.stderr
+    saved = sys.stdout
     with open(Path(log_dir) / f"rank-{rank}.log", "a", buffering=1) as file:
-        sys.stdout, sys.stderr = _Tee(saved[0], file), _Tee(saved[1], file)
+        sys.stdout = _Tee(saved, file)
         try:
             yield
         finally:
-            sys.stdout, sys.stderr = saved
+            sys.stdout = saved
 
 
 def setup_rank_logging(rank: int | str, log_dir: str | Path | None, level: int = logging.INFO) -> None:

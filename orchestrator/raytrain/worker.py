@@ -18,7 +18,7 @@ from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.logs import rank_output, setup_rank_logging
 from orchestrator.raytrain.watchdog import Heartbeat
-from trainables.checkpoint import checkpoints_in, resume_state
+from trainables.checkpoint import resume_state
 from trainables.context import DistContext
 from trainables.run import run_training
 
@@ -58,18 +58,10 @@ def ray_context() -> DistContext:
 
 
 def latest_state(job: Job) -> dict[str, Any] | None:
-    """The newest complete checkpoint to start from, or None for a fresh start.
-
-    A first start takes the job's own list (a --resume: the run's checkpoints, newest first). A restart after
-    a failure takes Ray's latest (`get_checkpoint`) and what is on disk, since Ray's can be older: the
-    controller learns of a report only when it next polls the workers, so one written just before a worker
-    died is complete but unregistered. Each is checked against its manifest; a cut-short or corrupt one is
-    skipped."""
+    """The newest complete checkpoint to start from (see Job.checkpoint_folders), or None for a fresh start.
+    Each is checked against its manifest; a cut-short or corrupt one is skipped."""
     ckpt = ray.train.get_checkpoint()
-    if ckpt is None:
-        return resume_state([Path(p) for p in job.resume])
-    on_disk = checkpoints_in(job.run_dir) if job.run_dir else []
-    return resume_state(on_disk if Path(ckpt.path) in on_disk else [Path(ckpt.path), *on_disk])
+    return resume_state(job.checkpoint_folders(Path(ckpt.path) if ckpt else None))
 
 
 def heartbeat(sink: Any, ctx: DistContext) -> contextlib.AbstractContextManager:
