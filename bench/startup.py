@@ -1,5 +1,6 @@
 """Startup: from the command to the first optimizer step, `orchestrator launch` (embedded Ray, Ray Train
-workers) vs torchrun running the same 2-worker job of the shared loop, alternated in one run, and the same
+workers) vs torchrun running the same 2-worker job of the shared loop, alternated in one run, with the
+torchrun entry itself run by `orchestrator launch --script` beside them, and the same
 launch joining a local Ray started beforehand (`orchestrator cluster up`, not timed: "reuse a running Ray"),
 then joining it with a warm pool up (`orchestrator pool up`, not timed: the workers a launch runs on).
 Each run's rank-0 log stamps its phases, so the table says where the time goes. Goal: orchestrator <= 1.2 x
@@ -66,6 +67,14 @@ def torchrun(tmp: Path, port: int) -> dict[str, float]:
     return timed(command, tmp, out / "logs" / "rank-0.log")
 
 
+def script(tmp: Path, name: str) -> dict[str, float]:
+    """The torchrun entry itself, unmodified, as `orchestrator launch --script` runs it on Ray's workers."""
+    out = tmp / f"script-{name}"
+    command = [*CLI, "launch", "--workers", "2", "--quiet", "--name", name, "--script",
+               str(BENCH / "torchrun_entry.py"), "--", json.dumps(JOB), str(out)]
+    return timed(command, tmp, out / "logs" / "rank-0.log")
+
+
 def orchestrator(tmp: Path, name: str, address: str | None = None) -> dict[str, float]:
     join = ["--address", address] if address else []
     command = [*CLI, "launch", "--workers", "2", "--quiet", "--name", name, *join,
@@ -100,12 +109,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
-    runs: dict[str, list[dict[str, float]]] = {"torchrun": [], "orchestrator": [], "orchestrator --address": [],
-                                               "orchestrator, warm pool": []}
+    runs: dict[str, list[dict[str, float]]] = {"torchrun": [], "orchestrator": [], "orchestrator --script": [],
+                                               "orchestrator --address": [], "orchestrator, warm pool": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats):  # alternated, so both see the same machine load
             runs["torchrun"].append(torchrun(Path(tmp), 29500 + i))
             runs["orchestrator"].append(orchestrator(Path(tmp), f"startup-{i}"))
+            runs["orchestrator --script"].append(script(Path(tmp), f"script-{i}"))
         with running_local_ray(6419) as address:  # the Ray a user keeps running between launches
             for i in range(repeats):
                 runs["orchestrator --address"].append(orchestrator(Path(tmp), f"joined-{i}", address))
@@ -122,6 +132,7 @@ def main() -> int:
     write_result({"job": JOB, "workers": 2, "repeats": repeats, "median_s": median, "runs": runs,
                   "first_step_ratio": ratios["orchestrator"],
                   "pool_first_step_ratio": ratios["orchestrator, warm pool"],
+                  "script_first_step_ratio": ratios["orchestrator --script"],
                   "first_step_ratio_vs_torchrun": ratios, "cpus": os.cpu_count(), **provenance()}, args.out)
     return 0
 

@@ -27,6 +27,18 @@ class RunFailed(OrchestratorError, RuntimeError):
     """Training itself failed (a worker error, a hang, a non-finite loss): one line says which and where."""
 
 
+class ScriptExited(RunFailed):
+    """A rank's torchrun script exited non-zero: which rank, its exit code, its last stderr line, and when (the
+    first to exit is the cause; the other ranks' scripts failed because it did)."""
+
+    def __init__(self, rank: int, code: int, last_line: str, at: float) -> None:
+        super().__init__(f"rank {rank} exited with code {code}" + (f": {last_line}" if last_line else ""))
+        self.rank, self.code, self.last_line, self.at = rank, code, last_line, at
+
+    def __reduce__(self):  # rebuilt from its fields when Ray carries it to the driver
+        return (ScriptExited, (self.rank, self.code, self.last_line, self.at))
+
+
 class JobError(OrchestratorError, RuntimeError):
     """The job's own fault, raised on every rank at the same point: the worker group is still in step."""
 

@@ -45,7 +45,7 @@ def _launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a launch YAML (e.g. a sweep's best.yaml); flags override it")
     parser.add_argument("--resume", metavar="RUN", help="continue run RUN from its latest checkpoint")
     add_model_flags(parser, TrainConfig, prefix="o.train.")
-    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train", "user"))
+    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train", "user", "args"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="user_settings",
                         help="one of your own settings (repeatable), typed as YAML reads it: --set hidden=64")
 
@@ -100,6 +100,8 @@ def _config_from(args: argparse.Namespace) -> LaunchConfig:
     overrides = overrides_from(args, "o.")
     if args.user_settings:
         overrides["user"] = user_settings(args.user_settings)
+    if args.script_args is not None:
+        overrides["args"] = args.script_args
     return resolve_launch(overrides, args.config, args.resume)
 
 
@@ -258,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     present_token()  # before anything imports ray
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own modules import from here
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # `launch --script train.py -- --lr 0.1`: what follows `--` is the script's, not ours
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else None
+    args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.script_args = script_args
     try:
         if args.command == "doctor":
-
             return doctor(args.address, with_ray=not args.no_ray)
         commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,
                     "pool": cmd_pool}

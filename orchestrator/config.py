@@ -41,6 +41,11 @@ class LaunchConfig(BaseModel):
     address: str | None = Field(None, description="Ray cluster to join; default: start an embedded local Ray")
     name: str | None = Field(None, description="run folder name; default: <model or entry function>-<time>")
     entry: str | None = Field(None, description="module:function run in each worker instead of the shared loop")
+    script: str | None = Field(None, description="a torchrun script to run unmodified, one process per worker;"
+                               " its arguments follow `--`")
+    module: str | None = Field(None, description="as --script, for a module run as `python -m MODULE`")
+    args: list[str] = Field(default_factory=list, description="the script's arguments (after `--` on the CLI)")
+    tee: Flag = Field(False, description="a script's every rank to the terminal, not only rank 0")
     user: dict[str, Any] = Field(default_factory=dict, description="your own settings, by name: passed to your"
                                  " model/dataset factories and `entry` function (--set key=value)")
     datasets: dict[str, str] = Field(default_factory=dict, description="name -> Parquet file or folder: Ray Data"
@@ -73,6 +78,20 @@ class LaunchConfig(BaseModel):
                              f" refuses two ranks on one GPU): workers is {workers}")
         return gpus
 
+    @field_validator("script", "module")
+    @classmethod
+    def _one_way_in(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        others = [k for k in ("entry", "script") if info.data.get(k) and k != info.field_name]
+        if others:
+            raise ValueError(f"give one of entry, script and module, not {info.field_name} and {others[0]}")
+        if info.field_name == "script" and not Path(value).is_file():
+            raise ValueError(f"{value}: no such script: give the path of a Python file")
+        if info.field_name == "module" and not re.match(r"^[A-Za-z_][\w.]*$", value):
+            raise ValueError(f"{value!r} is not a module name (e.g. mypkg.train)")
+        return value
+
     @field_validator("datasets")
     @classmethod
     def _datasets_feed_a_function(cls, datasets: dict[str, str], info: ValidationInfo) -> dict[str, str]:
@@ -97,6 +116,11 @@ class LaunchConfig(BaseModel):
         if entry is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", entry):
             raise ValueError(f"{entry!r} is not module:function (e.g. mypkg.train:train_func)")
         return entry
+
+    @property
+    def kind(self) -> str:
+        """What the job runs: "loop" (the shared loop), "function" (entry) or "script" (script/module)."""
+        return "script" if self.script or self.module else "function" if self.entry else "loop"
 
     def job_request(self) -> JobRequest:
         """What this launch asks of the cluster, for cluster.plan."""

@@ -16,7 +16,8 @@ from conftest import REPO
     ("model_parallel.py", {"tokens_per_s_k1", "tokens_per_s_k2", "k_over_k1", "command"}),
     ("sweep_overhead.py", {"step_fraction", "trials_per_minute", "wall_s", "trials", "command"}),
     ("input_pipeline.py", {"loader_images_per_s", "model_images_per_s_parquet", "loader_over_model", "command"}),
-    ("startup.py", {"first_step_ratio", "pool_first_step_ratio", "median_s", "runs", "command"}),
+    ("startup.py", {"first_step_ratio", "pool_first_step_ratio", "script_first_step_ratio", "median_s", "runs",
+                    "command"}),
 ])
 def test_bench_quick_mode_writes_results(tmp_path, script, keys):
     out = tmp_path / "result.json"

@@ -41,6 +41,18 @@ def test_strict_spread_puts_one_worker_on_each_node_and_matches_one_process(two_
     assert max_abs_diff(final_weights(latest), final_weights(single.checkpoints[-1])) < 1e-5
 
 
+def test_a_torchrun_script_spans_both_nodes(two_nodes, tmp_path):
+    script = DATA / "scripts" / "ddp_tutorial.py"
+    proc = run_cli("launch", "--cluster", str(TWO_NODES), "--workers", "2", "--placement", "strict-spread",
+                   "--script", str(script), "--name", "script", "--", "--epochs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = [(tmp_path / "runs" / "script" / "logs" / f"rank-{r}.log").read_text() for r in (0, 1)]
+    nodes = [re.search(r"on node ([0-9a-f]+)", log).group(1) for log in logs]
+    assert nodes[0] != nodes[1]  # one slot per node; the script's own gloo group formed across them
+    assert all(f"[rank {r}] epoch 1 loss" in logs[r] for r in (0, 1)) and (tmp_path / "final.pt").exists()
+    assert "[rank 0] [rank 0] epoch 1 loss" in proc.stdout  # rank 0's lines reach the terminal
+
+
 def test_cluster_up_twice_is_refused(two_nodes):
     proc = run_cli("cluster", "up", str(TWO_NODES))
     assert proc.returncode == 2 and "a local cluster is already up (127.0.0.1:6390)" in proc.stderr

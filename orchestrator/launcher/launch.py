@@ -5,6 +5,7 @@ to be good."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,14 +56,28 @@ def default_name(cfg: LaunchConfig) -> str:
 
 def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:
     """The launch as one job; a resumed one starts from the run's checkpoints, newest first."""
-    return Job(name=run_dir.name, train=cfg.train, kind="function" if cfg.entry else "loop", entry=cfg.entry,
-               run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
-               resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else ())
+    return Job(name=run_dir.name, train=cfg.train, kind=cfg.kind, entry=cfg.entry, run_dir=str(run_dir),
+               log_dir=str(run_dir / "logs"), user=cfg.user,
+               resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else (),
+               command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures)
+
+
+def script_command(cfg: LaunchConfig) -> tuple[str, ...]:
+    """Python's arguments for a script job, as torchrun would pass them; () for other jobs."""
+    if cfg.script:
+        return (str(Path(cfg.script).resolve()), *cfg.args)
+    return ("-m", cfg.module, *cfg.args) if cfg.module else ()
 
 
 def _on_pool(cfg: LaunchConfig, the_plan: Plan, address: str | None) -> bool:
     """Whether this launch runs on the pool of the cluster it joined (see orchestrator.warm.pool)."""
-    return address is not None and not cfg.entry and find_pool(the_plan)
+    if address is None or not find_pool(the_plan):
+        return False
+    if cfg.kind != "loop":
+        log.warning("a pool runs the shared loop: this %s starts its own workers", "script" if
+                    cfg.kind == "script" else "train function")
+        return False
+    return True
 
 
 def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:

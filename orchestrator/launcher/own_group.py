@@ -33,11 +33,14 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                   run_dir: Path) -> tuple[list[dict[str, float]], Path | None]:
     """Run the job on a new worker group; returns its rows and its latest checkpoint."""
     sink = RemoteSink.options(name=sink_name(run_dir.name)).remote()
+    # A script's workers only coordinate over their own process group (gloo); the script makes its own.
     trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
                            keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures,
-                           datasets=cfg.datasets)
+                           datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None)
     epochs = None if job.kind == "function" else cfg.train.epochs  # a function counts its own
-    bar, update = progress_bar(epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
+    # a script prints its own progress (rank 0's lines reach the terminal)
+    quiet = cfg.quiet or job.kind == "script"
+    bar, update = progress_bar(epochs) if not quiet else (contextlib.nullcontext(), None)
     try:
         with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
             try:

@@ -14,8 +14,9 @@ from typing import Any, Literal
 from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
 
-# "loop": the shared training loop on `train`; "function": the user's `entry(config)` in every worker.
-JobKind = Literal["loop", "function"]
+# "loop": the shared training loop on `train`; "function": the user's `entry(config)` in every worker;
+# "script": a torchrun script, one child process per worker (orchestrator.raytrain.script).
+JobKind = Literal["loop", "function", "script"]
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,15 @@ class Job:
     resume: tuple[str, ...] = ()  # checkpoint folders to resume from, newest first: the first complete one wins
     user: dict[str, Any] = field(default_factory=dict)  # the user's own settings (`user:`, --set)
     sampled: dict[str, Any] = field(default_factory=dict)  # a sweep trial's sampled settings, for its logs
+    command: tuple[str, ...] = ()  # kind "script": python's arguments: (path, *args) or ("-m", module, *args)
+    cwd: str | None = None  # kind "script": where it runs (the folder the launch came from)
+    tee: bool = False  # kind "script": every rank's output to the terminal, not only rank 0's
+    max_restarts: int = 0  # kind "script": TORCHELASTIC_MAX_RESTARTS
 
     def __post_init__(self) -> None:
-        if (self.kind == "function") != (self.entry is not None):
-            raise ValueError(f"job {self.name}: kind {self.kind!r} with entry {self.entry!r}")
+        if (self.kind == "function") != (self.entry is not None) or (self.kind == "script") != bool(self.command):
+            raise ValueError(f"job {self.name}: kind {self.kind!r} with entry {self.entry!r}, command"
+                             f" {self.command!r}")
 
     @property
     def staging(self) -> Path:

@@ -29,6 +29,12 @@ class MetricsSink:
         self.beats = Beats()
         self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor
         self.kill = kill
+        self.starts = 0  # worker-group starts reported by rank 0 (see `started`)
+
+    def started(self) -> int:
+        """Rank 0 of a (re)started worker group calls in: how many restarts came before this start."""
+        self.starts += 1
+        return self.starts - 1
 
     def push(self, row: dict[str, float]) -> None:
         self.rows.append(row)

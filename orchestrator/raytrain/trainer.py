@@ -17,6 +17,7 @@ from ray.train.v2._internal.callbacks.placement_group_callback import PlacementG
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 
 from cluster.plan import Plan
+from groundwork.errors import ScriptExited
 
 
 class _NoDatasets(WorkerGroupCallback):
@@ -61,12 +62,13 @@ def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
 
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
-                 datasets: dict[str, str] | None = None) -> TorchTrainer:
-    """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`."""
+                 datasets: dict[str, str] | None = None, backend: str | None = None) -> TorchTrainer:
+    """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
+    workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate)."""
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
-        torch_config=TorchConfig(backend=the_plan.backend),
+        torch_config=TorchConfig(backend=backend or the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
             num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,
             resources_per_worker=the_plan.resources_per_worker,
@@ -88,8 +90,12 @@ def failure_line(error: Exception, hangs: list[str], run_dir: Path) -> str:
         cause = hangs[-1]
     else:
         failures = getattr(error, "worker_failures", None) or {}
-        first = failures[min(failures)] if failures else error
-        cause = getattr(first, "cause", None) or first  # RayTaskError wraps the worker's own exception
-        rank = f"rank {min(failures)}: " if failures else ""
-        cause = f"{rank}{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
+        # RayTaskError wraps the worker's own exception
+        causes = {rank: getattr(f, "cause", None) or f for rank, f in failures.items()}
+        exits = [c for c in causes.values() if isinstance(c, ScriptExited)]
+        if exits:  # a script's exit names its rank; the first to exit took the others down
+            return f"{min(exits, key=lambda e: e.at)} (logs: {run_dir / 'logs'})"
+        first = causes[min(causes)] if causes else error
+        rank = f"rank {min(causes)}: " if causes else ""
+        cause = f"{rank}{type(first).__name__}: {str(first).strip().splitlines()[-1] if str(first).strip() else ''}"
     return f"{cause} (logs: {run_dir / 'logs'})"

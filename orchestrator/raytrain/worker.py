@@ -17,6 +17,7 @@ import ray.train.torch
 from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.logs import rank_output, setup_rank_logging
+from orchestrator.raytrain.script import run_script
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.checkpoint import resume_state
 from trainables.context import DistContext
@@ -79,10 +80,14 @@ def train_worker(args: WorkerArgs) -> None:
              ray.get_runtime_context().get_node_id(), os.getpid(), [str(d) for d in ctx.devices])
     if args.on_start is not None and ctx.is_main:
         args.on_start()
-    with heartbeat(args.sink, ctx) as beat, rank_output(ctx.rank, job.log_dir):
+    # A script's output is copied into the log by run_script itself.
+    output = contextlib.nullcontext() if job.kind == "script" else rank_output(ctx.rank, job.log_dir)
+    with heartbeat(args.sink, ctx) as beat, output:
         try:
             if job.kind == "function":
                 run_function(job, ctx, args.sink, beat)
+            elif job.kind == "script":
+                run_script(job, ctx, args.sink, beat)
             else:
                 run_training(job.train, ctx, RayReporter(args.sink, beat), latest_state(job), job.run_dir,
                              job.user)

@@ -86,6 +86,9 @@ class SweepConfig(_Strict):
         grids = [k for k, p in self.space.items() if isinstance(p, Choice) and p.type == "grid"]
         if grids and self.search == "optuna":
             raise ValueError(f"grid parameters {grids} cannot be searched by optuna: use search: random")
+        if self.base.kind == "script":
+            raise ValueError("a sweep runs the shared loop or an entry function; a torchrun script cannot be"
+                             " swept yet: wrap its training in a train function (--entry)")
         if self.name is not None and not RUN_NAME.match(self.name):
             raise ValueError(f"{self.name!r} is not a sweep name: letters, digits, '.', '_' or '-'")
         return self

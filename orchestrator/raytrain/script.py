@@ -1,0 +1,139 @@
+"""An unmodified torchrun script (`--script train.py -- ARGS`, `--module pkg.mod`) on a Ray Train worker group.
+
+Each Ray Train worker is one slot: Ray placed it (resources, placement group, node group) and gave it its
+CUDA_VISIBLE_DEVICES; it starts the script as a child process with torchrun's environment contract, so the
+script's own `dist.init_process_group()` (env://) forms the job's process group, across nodes too. The
+workers' own process group (gloo) only lets rank 0 hand every rank the script's MASTER_ADDR/MASTER_PORT and
+the restart count.
+
+The child dies with its worker (PR_SET_PDEATHSIG): when one rank's script exits non-zero, its worker raises,
+Ray Train ends the group, and every other rank's script goes with its worker, on every node. Its output goes
+to logs/rank-N.log (and, for rank 0 or with --tee, to the terminal); a new output line or more CPU time is
+progress for the hang watchdog.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+import ray
+import ray.train
+import torch.distributed as dist
+
+from groundwork.errors import ScriptExited
+from orchestrator.raytrain.job import Job
+from orchestrator.raytrain.watchdog import Heartbeat
+from trainables.context import DistContext
+
+PR_SET_PDEATHSIG = 1
+CPU_POLL_S = 1.0
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGKILL when its parent (the Ray worker) dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def rendezvous(ctx: DistContext, sink: Any) -> tuple[str, int, int]:
+    """(MASTER_ADDR, MASTER_PORT, restart count), chosen by rank 0 and handed to every rank over the
+    workers' own process group."""
+    box: list[Any] = [None]
+    if ctx.is_main:
+        restarts = ray.get(sink.started.remote()) if sink is not None else 0
+        box = [(ray.util.get_node_ip_address(), free_port(), restarts)]
+    if ctx.distributed:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def torchrun_env(job: Job, ctx: DistContext, master: tuple[str, int, int]) -> dict[str, str]:
+    """torchrun's environment contract for this slot, on top of this worker's own (the spec's NCCL/gloo
+    variables, OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES as Ray set them)."""
+    train = ray.train.get_context()
+    addr, port, restarts = master
+    return {
+        **os.environ,
+        "RANK": str(ctx.rank), "WORLD_SIZE": str(ctx.world_size),
+        "LOCAL_RANK": str(train.get_local_rank()), "LOCAL_WORLD_SIZE": str(train.get_local_world_size()),
+        "GROUP_RANK": str(train.get_node_rank()), "ROLE_RANK": str(ctx.rank),
+        "ROLE_WORLD_SIZE": str(ctx.world_size), "ROLE_NAME": "default",
+        "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+        "TORCHELASTIC_RESTART_COUNT": str(restarts), "TORCHELASTIC_RUN_ID": job.name,
+        "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
+        "PYTHONUNBUFFERED": "1",  # lines reach the log as they are printed
+    }
+
+
+class Output:
+    """Copies the child's stdout and stderr, line by line, into the rank's log (and the terminal); keeps the
+    last stderr lines for the failure message and counts lines as progress."""
+
+    def __init__(self, log_file: IO[str], echo: str | None) -> None:
+        self.log_file, self.echo = log_file, echo
+        self.lines = 0
+        self.last_err: deque[str] = deque(maxlen=5)
+        self.lock = threading.Lock()
+
+    def pump(self, stream: IO[str], is_err: bool) -> threading.Thread:
+        def run() -> None:
+            for line in stream:
+                with self.lock:
+                    self.log_file.write(line)
+                    self.lines += 1
+                    if is_err and line.strip():
+                        self.last_err.append(line.rstrip())
+                if self.echo is not None:
+                    print(f"{self.echo}{line}", end="", file=sys.stderr if is_err else sys.stdout, flush=True)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children that exited, from /proc (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def run_script(job: Job, ctx: DistContext, sink: Any, beat: Heartbeat | None) -> None:
+    """Start the script on this slot, wait for it, and raise ScriptExited if it fails."""
+    master = rendezvous(ctx, sink)
+    command = [sys.executable, *job.command]
+    echo = f"[rank {ctx.rank}] " if ctx.is_main or job.tee else None
+    log_path = Path(job.log_dir or ".") / f"rank-{ctx.rank}.log"
+    with open(log_path, "a", buffering=1) as log_file:
+        child = subprocess.Popen(command, env=torchrun_env(job, ctx, master), cwd=job.cwd,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                 preexec_fn=die_with_parent)
+        output = Output(log_file, echo)
+        pumps = [output.pump(child.stdout, False), output.pump(child.stderr, True)]
+        seen = (0, 0.0)
+        while child.poll() is None:
+            now = (output.lines, cpu_seconds(child.pid))
+            if beat is not None and now != seen:  # a new line or more CPU time: the script is making progress
+                beat.tick_step(0)
+            seen = now
+            time.sleep(CPU_POLL_S)
+        for pump in pumps:
+            pump.join(timeout=5)
+    if child.returncode != 0:
+        raise ScriptExited(ctx.rank, child.returncode, output.last_err[-1] if output.last_err else "", time.time())
