@@ -33,6 +33,8 @@ def main() -> None:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    print(f"[rank {rank}] {dist.get_backend()} on {device}, CUDA_VISIBLE_DEVICES="
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
 
     generator = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(512, 20, generator=generator), torch.randint(0, 3, (512,), generator=generator))
