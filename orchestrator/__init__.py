@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.raytrain.auth import present_token
+from orchestrator.raytrain.reports import report
 
 present_token()  # before the user's `import ray`, which reads it
 
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
     from orchestrator.launcher.launch import RunResult
     from orchestrator.sweeps.tuner import SweepResult
 
-__all__ = ["launch", "sweep"]
+__all__ = ["launch", "report", "sweep"]
 
 
 def launch(config: str | None = None, resume: str | None = None, **settings: Any) -> RunResult:

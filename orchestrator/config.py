@@ -122,6 +122,14 @@ class LaunchConfig(BaseModel):
         """What the job runs: "loop" (the shared loop), "function" (entry) or "script" (script/module)."""
         return "script" if self.script or self.module else "function" if self.entry else "loop"
 
+    @property
+    def program(self) -> str:
+        """What runs, in a word fit for a folder name: the script's file name, the module's or the entry's last
+        part, or the model (its factory's name for an import path)."""
+        what = (Path(self.script).stem if self.script else self.module.rsplit(".", 1)[-1] if self.module
+                else (self.entry or self.train.model).rsplit(":", 1)[-1])
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", what)
+
     def job_request(self) -> JobRequest:
         """What this launch asks of the cluster, for cluster.plan."""
         return JobRequest(workers=self.workers, gpus_per_worker=self.gpus_per_worker,

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import DATA, run_cli
-from helpers import final_weights, max_abs_diff
+from helpers import final_weights, max_abs_diff, script_pids
 
 from cluster.spec import load_spec
 from orchestrator.admin.nodes import _env, _kill_tree, down, temp_dir, up
@@ -51,6 +54,25 @@ def test_a_torchrun_script_spans_both_nodes(two_nodes, tmp_path):
     assert nodes[0] != nodes[1]  # one slot per node; the script's own gloo group formed across them
     assert all(f"[rank {r}] epoch 1 loss" in logs[r] for r in (0, 1)) and (tmp_path / "final.pt").exists()
     assert "[rank 0] [rank 0] epoch 1 loss" in proc.stdout  # rank 0's lines reach the terminal
+
+
+def test_ctrl_c_ends_every_rank_on_both_nodes(two_nodes, tmp_path):
+    script = DATA / "scripts" / "ddp_tutorial.py"
+    cli = subprocess.Popen([sys.executable, "-m", "orchestrator", "launch", "--cluster", str(TWO_NODES), "--workers",
+                            "2", "--placement", "strict-spread", "--script", str(script), "--name", "ctrl-c", "--",
+                            "--epochs", "1000", "--pause", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (tmp_path / "snapshot.pt").exists():  # both ranks are training
+        time.sleep(0.2)
+    assert sorted(script_pids(script)) == [0, 1]
+    cli.send_signal(signal.SIGINT)
+    assert cli.wait(timeout=120) == 130 and "orchestrator: interrupted" in cli.stderr.read()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and script_pids(script):
+        time.sleep(0.2)
+    assert script_pids(script) == {}  # no rank left on either node
+    assert not [p for p in os.popen("ps -eo args").read().splitlines() if "RayTrainWorker" in p]
 
 
 def test_cluster_up_twice_is_refused(two_nodes):

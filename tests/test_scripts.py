@@ -5,25 +5,25 @@ rank named in one line."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import DATA
-from helpers import max_abs_diff
+from helpers import max_abs_diff, script_pids
 
 import orchestrator
 from groundwork.errors import RunFailed
 
 SCRIPT = DATA / "scripts" / "ddp_tutorial.py"
-EPOCHS = ["--epochs", "4"]
+EPOCHS = ["--epochs", "4", "--report"]  # orchestrator.report: rows here, nothing under torchrun
 
 
 def free_port() -> int:
@@ -47,22 +47,13 @@ def test_a_torchrun_script_runs_unmodified_and_matches_torchrun(ray_local, in_tm
     assert max_abs_diff(torchrun_weights, torch.load(in_tmp / "final.pt", weights_only=True)) == 0.0
     for rank in (0, 1):
         assert f"[rank {rank}] epoch 3 loss" in (run.path / "logs" / f"rank-{rank}.log").read_text()
+    # rank 0's orchestrator.report calls are the run's rows, the losses it printed
+    printed = re.findall(r"\[rank 0\] epoch \d loss (\S+)", (run.path / "logs" / "rank-0.log").read_text())
+    assert [r["step"] for r in run.rows] == [1, 2, 3, 4]
+    assert [f"{r['loss']:.4f}" for r in run.rows] == printed
+    assert (run.path / "metrics.parquet").exists() and (run.path / "loss.png").exists()
     saved = yaml.safe_load((run.path / "launch.yaml").read_text())
     assert saved["script"] == str(SCRIPT) and saved["args"] == EPOCHS
-
-
-def script_pid(rank: int) -> int | None:
-    """The pid of the script process of `rank` on this machine (by its command line and environment)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if str(SCRIPT).encode() in (entry / "cmdline").read_bytes() and \
-                    f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                return int(entry.name)
-        except OSError:
-            continue
-    return None
 
 
 def test_a_killed_rank_restarts_every_rank_from_the_scripts_snapshot(ray_local, in_tmp, torchrun_weights):
@@ -80,7 +71,7 @@ def test_a_killed_rank_restarts_every_rank_from_the_scripts_snapshot(ray_local, 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (in_tmp / "snapshot.pt").exists():
         time.sleep(0.1)
-    pid = script_pid(1)
+    pid = script_pids(SCRIPT).get(1)
     assert pid is not None, "rank 1's script never ran"
     os.kill(pid, signal.SIGKILL)  # after the first snapshot
     thread.join()
@@ -95,6 +86,12 @@ def test_a_crashing_rank_ends_the_launch_naming_it(ray_local, in_tmp):
     with pytest.raises(RunFailed, match=r"^rank 1 exited with code 1: (\[rank1\]: )?RuntimeError: rank 1 crashed at"):
         orchestrator.launch(script=str(SCRIPT), args=["--crash-at-epoch", "1"], workers=2, name="crash",
                             quiet=True)
+
+
+def test_a_nan_report_ends_the_script_in_one_line(ray_local, in_tmp):
+    with pytest.raises(RunFailed, match=r"^rank \d: NonFiniteLoss: the loss is not finite \(nan/inf\) at step 2"):
+        orchestrator.launch(script=str(SCRIPT), args=[*EPOCHS, "--nan-at-epoch", "1"], workers=2, quiet=True)
+    assert [p.name.split("-")[0] for p in (in_tmp / "runs").iterdir()] == ["ddp_tutorial"]  # named after it
 
 
 def test_a_script_and_an_entry_are_one_too_many(tmp_path):

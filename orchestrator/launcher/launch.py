@@ -48,10 +48,9 @@ def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[Launch
 
 
 def default_name(cfg: LaunchConfig) -> str:
-    """<what runs>-<time>: the built-in model's name, or the function of an import path (`mypkg.nets:mlp`:
-    mlp), which has no `:` or `.` to trouble a path."""
-    what = (cfg.entry or cfg.train.model).rsplit(":", 1)[-1]
-    return f"{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """<what runs>-<time>: the built-in model's name, the function of an import path (`mypkg.nets:mlp`: mlp),
+    the script's file name (no `:` or `/` to trouble a path)."""
+    return f"{cfg.program}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:
@@ -96,7 +95,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
         write_rows(rows, run_dir)
-        plot_loss(rows, run_dir, f"{cfg.name}: {cfg.train.model}, {cfg.workers} worker(s)")
+        plot_loss(rows, run_dir, f"{cfg.name}: {cfg.program}, {cfg.workers} worker(s)")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), checkpoint, rows, time.perf_counter() - started)
 
 

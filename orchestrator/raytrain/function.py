@@ -17,15 +17,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import ray.train
 
-from groundwork.errors import NonFiniteLoss
 from orchestrator.raytrain.job import Job, resolve_entry, takes_config
+from orchestrator.raytrain.reports import ReportRows
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.checkpoint import MANIFEST_FILE, newest_complete, write_manifest
 from trainables.context import DistContext
@@ -34,36 +33,20 @@ log = logging.getLogger("orchestrator.worker")
 COUNT_FILE = "orchestrator_reports.json"  # in each reported checkpoint: how many reports came before it
 
 
-def numbers(metrics: dict[str, Any]) -> dict[str, float]:
-    """The numeric values of a report (Python numbers, numpy and 0-d torch scalars), as floats."""
-    out = {}
-    for key, value in metrics.items():
-        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-            value = value.item()
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = float(value)
-    return out
-
-
 class ReportTap:
     """What this worker adds around the function's `ray.train.report` and `ray.train.get_checkpoint`."""
 
     def __init__(self, job: Job, ctx: DistContext, sink: Any, beat: Heartbeat | None) -> None:
         self.job, self.ctx, self.sink, self.beat = job, ctx, sink, beat
-        self.reports = 0
+        self.rows = ReportRows()
         self.real_report = ray.train.report
         self.real_get_checkpoint = ray.train.get_checkpoint
 
     def report(self, metrics: dict[str, Any], checkpoint: ray.train.Checkpoint | None = None, **kwargs: Any) -> None:
-        self.reports += 1
-        row = {**numbers(metrics), "report": float(self.reports)}
-        row.setdefault("step", float(self.reports))  # the function's own step, else the report's number
-        loss = row.get("loss")
-        if loss is not None and not math.isfinite(loss):
-            raise NonFiniteLoss(int(row["step"]))  # before the checkpoint of a nan is kept
+        row = self.rows.row(metrics)  # (a nan loss raises here, before its checkpoint is kept)
         if checkpoint is not None and self.ctx.is_main and Path(checkpoint.path).is_dir():
             folder = Path(checkpoint.path)
-            (folder / COUNT_FILE).write_text(json.dumps({"reports": self.reports}))
+            (folder / COUNT_FILE).write_text(json.dumps({"reports": self.rows.reports}))
             write_manifest(folder, [str(p.relative_to(folder)) for p in sorted(folder.rglob("*"))
                                     if p.is_file() and p.name != MANIFEST_FILE])
         if self.beat is not None:
@@ -78,7 +61,8 @@ class ReportTap:
         if found is not None:
             log.info("resuming from %s", found)
             count = found / COUNT_FILE  # the reports go on counting from the checkpoint's
-            self.reports = json.loads(count.read_text())["reports"] if count.exists() else self.reports
+            if count.exists():
+                self.rows.reports = json.loads(count.read_text())["reports"]
         return ray.train.Checkpoint.from_directory(str(found)) if found else None
 
     @contextlib.contextmanager

@@ -9,12 +9,14 @@ the restart count.
 The child dies with its worker (PR_SET_PDEATHSIG): when one rank's script exits non-zero, its worker raises,
 Ray Train ends the group, and every other rank's script goes with its worker, on every node. Its output goes
 to logs/rank-N.log (and, for rank 0 or with --tee, to the terminal); a new output line or more CPU time is
-progress for the hang watchdog.
+progress for the hang watchdog, as is each `orchestrator.report(metrics)` of the script, whose rank-0 reports
+become the run's rows (they come down a pipe named in the script's environment, see reports).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -30,8 +32,9 @@ import ray
 import ray.train
 import torch.distributed as dist
 
-from groundwork.errors import ScriptExited
+from groundwork.errors import NonFiniteLoss, ScriptExited
 from orchestrator.raytrain.job import Job
+from orchestrator.raytrain.reports import REPORT_FD, ReportRows
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.context import DistContext
 
@@ -105,6 +108,51 @@ class Output:
         return thread
 
 
+class ReportPipe:
+    """Reads the script's `orchestrator.report` lines: each moves this rank's heartbeat, rank 0's become rows
+    at the driver's sink; a nan/inf loss is kept in `error` for run_script to end the script with."""
+
+    def __init__(self, ctx: DistContext, sink: Any, beat: Heartbeat | None) -> None:
+        self.ctx, self.sink, self.beat = ctx, sink, beat
+        self.rows = ReportRows()
+        self.error: NonFiniteLoss | None = None
+        self.read_fd, self.write_fd = os.pipe()
+
+    def start(self) -> threading.Thread:
+        os.close(self.write_fd)  # the child holds its own copy; EOF comes when it exits
+        thread = threading.Thread(target=self.read, daemon=True)
+        thread.start()
+        return thread
+
+    def read(self) -> None:
+        with os.fdopen(self.read_fd) as stream:
+            for line in stream:
+                try:
+                    row = self.rows.row(json.loads(line))
+                except NonFiniteLoss as exc:
+                    self.error = exc
+                    continue
+                if self.beat is not None:
+                    self.beat.tick_step(int(row["step"]))
+                if self.ctx.is_main and self.sink is not None:
+                    self.sink.push.remote(row)
+
+
+class ExitWatch:
+    """Waits for the child in a thread of its own, so its exit time is the kernel's (to the millisecond): when
+    one rank fails, the others fail after it (their peers are gone), and the earliest exit names the cause."""
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child, self.at = child, 0.0
+        self.exited = threading.Event()
+        threading.Thread(target=self.wait, daemon=True).start()
+
+    def wait(self) -> None:
+        self.child.wait()
+        self.at = time.time()
+        self.exited.set()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process and its children that exited, from /proc (0 if it is gone)."""
     try:
@@ -114,26 +162,40 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def watch(exit_watch: ExitWatch, output: Output, reports: ReportPipe, beat: Heartbeat | None) -> None:
+    """Until the script exits: a new output line or more CPU time is progress (the heartbeat moves); a nan
+    loss reported ends it (killed, the error raised)."""
+    seen = (0, 0.0)
+    while not exit_watch.exited.wait(CPU_POLL_S) and reports.error is None:
+        now = (output.lines, cpu_seconds(exit_watch.child.pid))
+        if beat is not None and now != seen:
+            beat.tick_step(beat.step)
+        seen = now
+    if reports.error is not None:
+        exit_watch.child.kill()
+        exit_watch.exited.wait()
+        raise reports.error
+
+
 def run_script(job: Job, ctx: DistContext, sink: Any, beat: Heartbeat | None) -> None:
     """Start the script on this slot, wait for it, and raise ScriptExited if it fails."""
     master = rendezvous(ctx, sink)
     command = [sys.executable, *job.command]
     echo = f"[rank {ctx.rank}] " if ctx.is_main or job.tee else None
     log_path = Path(job.log_dir or ".") / f"rank-{ctx.rank}.log"
+    reports = ReportPipe(ctx, sink, beat)
+    env = {**torchrun_env(job, ctx, master), REPORT_FD: str(reports.write_fd)}
     with open(log_path, "a", buffering=1) as log_file:
-        child = subprocess.Popen(command, env=torchrun_env(job, ctx, master), cwd=job.cwd,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                                 preexec_fn=die_with_parent)
+        child = subprocess.Popen(command, env=env, cwd=job.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, bufsize=1, preexec_fn=die_with_parent, pass_fds=(reports.write_fd,))
         output = Output(log_file, echo)
-        pumps = [output.pump(child.stdout, False), output.pump(child.stderr, True)]
-        seen = (0, 0.0)
-        while child.poll() is None:
-            now = (output.lines, cpu_seconds(child.pid))
-            if beat is not None and now != seen:  # a new line or more CPU time: the script is making progress
-                beat.tick_step(0)
-            seen = now
-            time.sleep(CPU_POLL_S)
-        for pump in pumps:
-            pump.join(timeout=5)
+        readers = [output.pump(child.stdout, False), output.pump(child.stderr, True), reports.start()]
+        exit_watch = ExitWatch(child)
+        watch(exit_watch, output, reports, beat)
+        for reader in readers:
+            reader.join(timeout=5)
+    if reports.error is not None:  # reported just before the script ended
+        raise reports.error
     if child.returncode != 0:
-        raise ScriptExited(ctx.rank, child.returncode, output.last_err[-1] if output.last_err else "", time.time())
+        raise ScriptExited(ctx.rank, child.returncode, output.last_err[-1] if output.last_err else "",
+                           exit_watch.at)

@@ -4,12 +4,16 @@ pools are all built here; `failure_line` says in one line why a fit failed."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ray
 import ray.train
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
@@ -19,6 +23,8 @@ from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 from cluster.plan import Plan
 from groundwork.errors import ScriptExited
 
+ABORT_TIMEOUT_S = 30
+
 
 class _NoDatasets(WorkerGroupCallback):
     def before_init_train_context(self, workers: list) -> dict[str, list]:
@@ -26,8 +32,9 @@ class _NoDatasets(WorkerGroupCallback):
 
 
 class LeanTrainer(TorchTrainer):
-    """TorchTrainer without two per-run processes our runs never use (each a Python that imports Ray's
-    libraries on a machine whose cores are busy importing torch for the workers):
+    """TorchTrainer whose Ctrl-C ends the run and says so, without two per-run processes our runs never use
+    (each a Python that imports Ray's libraries on a machine whose cores are busy importing torch for the
+    workers):
     - Ray's PlacementGroupCleaner polls the State API, which needs the dashboard we keep off; a launch's
       group goes with its job, and a sweep's reaper removes a stopped trial's group.
     - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
@@ -42,6 +49,26 @@ class LeanTrainer(TorchTrainer):
             elif not isinstance(callback, PlacementGroupCleanerCallback):
                 out.append(callback)
         return out
+
+    def _register_sigint_handler(self, controller: Any) -> None:
+        """Ctrl-C aborts the run as Ray's own handler does (the controller ends the worker group: every rank,
+        and the script each started, on every node), then raises KeyboardInterrupt in fit(), so the caller
+        knows (the CLI: "interrupted", exit 130); Ray's handler ends the process with exit 1 and no word."""
+        def on_sigint(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C cuts the abort short
+            with contextlib.suppress(Exception):  # the controller may be gone already
+                ray.get(controller.abort.remote(), timeout=ABORT_TIMEOUT_S)
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+    def fit(self) -> Any:
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            return super().fit()
+        finally:
+            if threading.current_thread() is threading.main_thread():  # (where fit registers its handler)
+                signal.signal(signal.SIGINT, previous)
 
 
 def importable_from_here() -> dict[str, str]:

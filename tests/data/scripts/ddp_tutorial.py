@@ -25,6 +25,8 @@ def main() -> None:
     parser.add_argument("--out", default="final.pt")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds after each epoch")
     parser.add_argument("--crash-at-epoch", type=int, default=-1, help="rank 1 raises at this epoch")
+    parser.add_argument("--report", action="store_true", help="orchestrator.report each epoch's loss")
+    parser.add_argument("--nan-at-epoch", type=int, default=-1, help="report a nan loss at this epoch")
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -60,6 +62,11 @@ def main() -> None:
             loss.backward()
             optimizer.step()
         print(f"[rank {rank}] epoch {epoch} loss {loss.item():.4f}", flush=True)
+        if args.report:  # optional: rows of the run under `orchestrator launch --script`, nothing under torchrun
+            import orchestrator
+
+            nan = float("nan") if epoch == args.nan_at_epoch else 1.0
+            orchestrator.report({"step": epoch + 1, "loss": loss.item() * nan})
         if rank == 1 and epoch == args.crash_at_epoch:
             raise RuntimeError(f"rank 1 crashed at epoch {epoch}")
         if rank == 0:
