@@ -47,6 +47,8 @@ def test_a_torchrun_script_runs_unmodified_and_matches_torchrun(ray_local, in_tm
     assert max_abs_diff(torchrun_weights, torch.load(in_tmp / "final.pt", weights_only=True)) == 0.0
     for rank in (0, 1):
         assert f"[rank {rank}] epoch 3 loss" in (run.path / "logs" / f"rank-{rank}.log").read_text()
+    given = re.search(r"with (.*RANK=1 .*)", (run.path / "logs" / "rank-1.log").read_text()).group(1).split()
+    assert {"LOCAL_RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RESTART_COUNT=0", "MASTER_ADDR=127.0.0.1"} <= set(given)
     # rank 0's orchestrator.report calls are the run's rows, the losses it printed
     printed = re.findall(r"\[rank 0\] epoch \d loss (\S+)", (run.path / "logs" / "rank-0.log").read_text())
     assert [r["step"] for r in run.rows] == [1, 2, 3, 4]

@@ -65,6 +65,18 @@ def rendezvous(ctx: DistContext, sink: Any) -> tuple[str, int, int]:
     return box[0]
 
 
+CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES")
+
+
+def given(env: dict[str, str]) -> str:
+    """The part of a script's environment this launch decides (torchrun's contract, the spec's NCCL/gloo
+    variables, CUDA_VISIBLE_DEVICES), as one line for the rank's log."""
+    keys = [k for k in env if k in CONTRACT or k.startswith(("NCCL_", "GLOO_"))]
+    return " ".join(f"{k}={env[k]}" for k in sorted(keys))
+
+
 def torchrun_env(job: Job, ctx: DistContext, master: tuple[str, int, int]) -> dict[str, str]:
     """torchrun's environment contract for this slot, on top of this worker's own (the spec's NCCL/gloo
     variables, OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES as Ray set them)."""
@@ -186,6 +198,7 @@ def run_script(job: Job, ctx: DistContext, sink: Any, beat: Heartbeat | None) ->
     reports = ReportPipe(ctx, sink, beat)
     env = {**torchrun_env(job, ctx, master), REPORT_FD: str(reports.write_fd)}
     with open(log_path, "a", buffering=1) as log_file:
+        log_file.write(f"starting {' '.join(command)} with {given(env)}\n")
         child = subprocess.Popen(command, env=env, cwd=job.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, bufsize=1, preexec_fn=die_with_parent, pass_fds=(reports.write_fd,))
         output = Output(log_file, echo)
