@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cluster.detect import detect
+from groundwork.address import check_address
 from groundwork.yamlio import read_yaml, validate_doc
 
 _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
@@ -21,7 +22,7 @@ DEFAULT_SPEC = Path(__file__).resolve().parent / "examples" / "local.yaml"  # th
 
 class _Strict(BaseModel):
     # strict: no "yes" -> True or "8" -> 8 coercion; a YAML value must already have the field's type.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class GPUs(_Strict):
@@ -117,6 +118,11 @@ class ClusterSpec(_Strict):
     storage: Storage = Field(default_factory=Storage)
     node_groups: list[NodeGroup] = Field(min_length=1)
     launcher: Launcher = Field(default_factory=Launcher)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return value if value is None else check_address(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSpec:

@@ -17,6 +17,21 @@ from pydantic import BaseModel, ValidationError
 from groundwork.errors import ConfigError
 
 Loc = tuple[str | int, ...]
+MAX_VALUES = 10_000  # values in one settings file, aliases expanded: a real one has dozens
+MAX_BYTES = 1 << 20  # a settings file larger than 1 MiB is not one
+
+
+class _Budget:
+    """Counts the values a document expands to: aliases of aliases grow exponentially (a "YAML bomb")."""
+
+    def __init__(self, where: str) -> None:
+        self.left, self.where = MAX_VALUES, where
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ConfigError(f"{self.where}: more than {MAX_VALUES} values once its aliases are expanded: write"
+                              " the settings out without nested aliases (&name/*name)")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -33,19 +48,24 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
-def _to_python(node: yaml.Node, loader: _StrictLoader, loc: Loc, lines: dict[Loc, int], where: str) -> Any:
+def _to_python(node: yaml.Node, loader: _StrictLoader, loc: Loc, lines: dict[Loc, int], where: str,
+               budget: _Budget) -> Any:
+    budget.spend()
     lines[loc] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                line = key_node.start_mark.line + 1
+                raise ConfigError(f"{where}:{line}: a {type(key).__name__} as a key: keys are plain names")
             if key in out:
                 line = key_node.start_mark.line + 1
                 raise ConfigError(f"{where}:{line}: duplicate key {key!r}: each key may appear once")
-            out[key] = _to_python(value_node, loader, (*loc, key), lines, where)
+            out[key] = _to_python(value_node, loader, (*loc, key), lines, where, budget)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, loader, (*loc, i), lines, where) for i, item in enumerate(node.value)]
+        return [_to_python(item, loader, (*loc, i), lines, where, budget) for i, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
 
 
@@ -66,8 +86,9 @@ class SourcedDoc:
 
 
 def parse_yaml_text(text: str, where: str) -> SourcedDoc:
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # (its reader refuses control characters: a YAMLError too)
         root = loader.get_single_node()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -75,11 +96,12 @@ def parse_yaml_text(text: str, where: str) -> SourcedDoc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where}{line}: not valid YAML: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if root is None:
         raise ConfigError(f"{where}: the file is empty: expected a mapping of settings")
     lines: dict[Loc, int] = {}
-    return SourcedDoc(_to_python(root, _StrictLoader(""), (), lines, where), lines, where)
+    return SourcedDoc(_to_python(root, _StrictLoader(""), (), lines, where, _Budget(where)), lines, where)
 
 
 def parse_value(text: str, where: str) -> Any:
@@ -93,9 +115,20 @@ def parse_value(text: str, where: str) -> Any:
 
 def read_yaml(path: str | Path) -> SourcedDoc:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"{path}: no such file: pass the path of an existing YAML file")
-    return parse_yaml_text(path.read_text(), str(path))
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a regular file: pass the path of a YAML file")
+    if path.stat().st_size > MAX_BYTES:
+        raise ConfigError(f"{path}: {path.stat().st_size} bytes is not a settings file (over {MAX_BYTES}):"
+                          " pass a YAML file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {raw[exc.start]:#04x} at offset {exc.start} is not"
+                          " UTF-8): pass a YAML file") from None
+    return parse_yaml_text(text, str(path))
 
 
 def format_loc(loc: Loc) -> str:
@@ -114,6 +147,8 @@ def validation_message(exc: ValidationError, doc: SourcedDoc | None, where: str)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key: remove it or check its spelling"
+    elif err["type"] == "finite_number":
+        msg = "must be a finite number, not nan or inf"
     elif err["type"] == "missing":
         msg = "required field is missing: add it"
     more = len(exc.errors()) - 1

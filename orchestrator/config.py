@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from cluster.plan import JobRequest, Placement, resolve_storage
 from cluster.spec import load_spec
+from groundwork.address import CONNECT_TIMEOUT_S, check_address
 from groundwork.errors import ConfigError
 from groundwork.yamlio import read_yaml, validate_doc, validation_message
 from trainables.config import Flag, TrainConfig
@@ -28,7 +29,7 @@ USER_PREFIX = "user."  # a sweep space's or a flat setting's name for one of the
 
 
 class LaunchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a finite number where one is meant
 
     train: TrainConfig = Field(default_factory=TrainConfig)
     workers: int = Field(2, ge=1, description="Ray Train workers (DDP ranks)")
@@ -39,6 +40,7 @@ class LaunchConfig(BaseModel):
     node_group: str | None = None
     cluster: str | None = Field(None, description="cluster spec YAML; default: this machine")
     address: str | None = Field(None, description="Ray cluster to join; default: start an embedded local Ray")
+    connect_timeout: float = Field(CONNECT_TIMEOUT_S, gt=0, description="seconds to wait for --address to answer")
     name: str | None = Field(None, description="run folder name; default: <model or entry function>-<time>")
     entry: str | None = Field(None, description="module:function run in each worker instead of the shared loop")
     script: str | None = Field(None, description="a torchrun script to run unmodified, one process per worker;"
@@ -77,6 +79,11 @@ class LaunchConfig(BaseModel):
             raise ValueError(f"gpus_per_worker={gpus:g} shares a GPU, which only a 1-worker job may do (NCCL"
                              f" refuses two ranks on one GPU): workers is {workers}")
         return gpus
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return value if value is None else check_address(value)
 
     @field_validator("script", "module")
     @classmethod

@@ -4,12 +4,17 @@ before anything is written; each refusal is one ConfigError line."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from cluster.plan import Plan, plan
 from cluster.spec import ClusterSpec, load_spec
+from groundwork.address import wait_reachable
 from groundwork.errors import ConfigError
 from orchestrator.config import LaunchConfig
 from orchestrator.raytrain.job import resolve_entry, takes_config
-from trainables.run import check_config
+from trainables.data.check import check_data
+from trainables.run import check_config, dataset_of
 
 
 def check_entry(entry: str) -> None:
@@ -23,6 +28,27 @@ def check_entry(entry: str) -> None:
                           " function takes one argument (its config dict) or none")
 
 
+def check_script(cfg: LaunchConfig) -> None:
+    """The script compiles, or the module can be found, here rather than in every rank after Ray's start."""
+    if cfg.script:
+        try:
+            compile(Path(cfg.script).read_bytes(), cfg.script, "exec")
+        except (SyntaxError, ValueError) as exc:
+            line = f":{exc.lineno}" if getattr(exc, "lineno", None) else ""
+            raise ConfigError(f"script {cfg.script}{line}: it does not compile ({type(exc).__name__}:"
+                              f" {getattr(exc, 'msg', exc)}): fix it, then launch") from None
+    elif cfg.module:
+        try:
+            found = importlib.util.find_spec(cfg.module)
+        except (ImportError, ValueError) as exc:
+            found, why = None, f" ({exc})"
+        else:
+            why = ""
+        if found is None:
+            raise ConfigError(f"module {cfg.module}: not found from {Path.cwd()}{why}: run from the folder that"
+                              " holds its package, or install it")
+
+
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     """Spec, plan and Ray address for a launch, after every check that needs no cluster."""
     spec = load_spec(cfg.cluster)
@@ -30,8 +56,14 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     check_config(cfg.train)
     if cfg.entry:
         check_entry(cfg.entry)
+    if cfg.kind == "loop":
+        check_data(cfg.train, dataset_of(cfg.train), cfg.workers, cfg.user)
+    if cfg.kind == "script":
+        check_script(cfg)
     address = cfg.address or spec.address
     if address is None and spec.num_nodes > 1:
         raise ConfigError(f"the cluster spec describes {spec.num_nodes} nodes but no Ray address is given:"
                           " pass --address or set address: in the spec")
+    if address is not None:
+        wait_reachable(address, cfg.connect_timeout)
     return spec, the_plan, address

@@ -23,7 +23,7 @@ class TrainConfig(BaseModel):
     """One training run's settings. Batch size is per worker: the global batch is batch_size x workers x
     grad_accum, as in torchrun/DDP."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a finite number where one is meant
 
     model: str = Field("digits-cnn", description="a built-in model, or your own factory: package.module:function")
     dataset: str | None = Field(None, description="default: the built-in model's own (digits, stdlib-text,"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec
+from groundwork.address import wait_reachable
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
 
 def join(address: str) -> None:
     """Connect this driver to a running cluster (token: see present_token); warn if it takes anyone."""
+    wait_reachable(address)
     warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too

@@ -12,7 +12,7 @@ from trainables.config import Flag, TrainConfig
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a finite number where one is meant
 
 
 class _Range(_Strict):

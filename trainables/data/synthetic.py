@@ -40,9 +40,14 @@ def fake_images(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:
     return train, val, meta
 
 
-def fake_tokens(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:
+def fake_token_split(cfg: TrainConfig) -> tuple[int, int]:
+    """(tokens in all, where validation starts) of fake-tokens: its sizes, known without making it."""
     n_tokens = cfg.fake_samples * cfg.seq_len + 1
+    return n_tokens, int(n_tokens * (1 - cfg.val_fraction))
+
+
+def fake_tokens(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:
+    n_tokens, cut = fake_token_split(cfg)
     tokens = torch.randint(0, GPT2_VOCAB, (n_tokens,), generator=torch.Generator().manual_seed(0))
-    cut = int(n_tokens * (1 - cfg.val_fraction))
     meta = DataMeta(kind="tokens", num_classes=GPT2_VOCAB, seq_len=cfg.seq_len)
     return TokenWindows(tokens[:cut], cfg.seq_len), TokenWindows(tokens[cut:], cfg.seq_len), meta
