@@ -24,7 +24,20 @@ class ConfigError(OrchestratorError, ValueError):
 
 
 class RunFailed(OrchestratorError, RuntimeError):
-    """Training itself failed (a worker error, a hang, a non-finite loss): one line says which and where."""
+    """Training itself failed (a worker error, a hang, a non-finite loss): one line says which and where.
+    `rows` holds the metric rows the run made before it failed (kept in its metrics.parquet)."""
+
+    def __init__(self, message: str, rows: list[dict[str, float]] | None = None) -> None:
+        super().__init__(message)
+        self.rows = rows or []
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended the run (every rank stopped, the newest complete checkpoint kept); `rows` as RunFailed's."""
+
+    def __init__(self, rows: list[dict[str, float]] | None = None, run: str | None = None) -> None:
+        super().__init__()
+        self.rows, self.run = rows or [], run
 
 
 class ScriptExited(RunFailed):

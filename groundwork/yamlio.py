@@ -27,11 +27,11 @@ class _Budget:
     def __init__(self, where: str) -> None:
         self.left, self.where = MAX_VALUES, where
 
-    def spend(self) -> None:
+    def spend(self, node: yaml.Node) -> None:
         self.left -= 1
         if self.left < 0:
-            raise ConfigError(f"{self.where}: more than {MAX_VALUES} values once its aliases are expanded: write"
-                              " the settings out without nested aliases (&name/*name)")
+            raise ConfigError(f"{self.where}:{node.start_mark.line + 1}: more than {MAX_VALUES} values once its"
+                              " aliases are expanded: write the settings out without nested aliases (&name/*name)")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -50,7 +50,7 @@ _StrictLoader.add_implicit_resolver(
 
 def _to_python(node: yaml.Node, loader: _StrictLoader, loc: Loc, lines: dict[Loc, int], where: str,
                budget: _Budget) -> Any:
-    budget.spend()
+    budget.spend(node)
     lines[loc] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}

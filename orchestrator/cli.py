@@ -277,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as exc:
         print(f"orchestrator: run failed: {exc}", file=sys.stderr)
         return EXIT_RUN_FAILED
-    except KeyboardInterrupt:
-        print("orchestrator: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        run = getattr(exc, "run", None)  # an Interrupted launch names its run
+        more = f": every rank stopped; continue with --resume {run}" if run else ""
+        print(f"orchestrator: interrupted{more}", file=sys.stderr)
         return 130
 
 

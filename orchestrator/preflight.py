@@ -5,6 +5,8 @@ before anything is written; each refusal is one ConfigError line."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 
 from cluster.plan import Plan, plan
@@ -49,11 +51,29 @@ def check_script(cfg: LaunchConfig) -> None:
                               " holds its package, or install it")
 
 
+MIN_FREE_BYTES = 1 << 20  # less is a full disk: the first log line would fail
+
+
+def check_storage(storage_path: str) -> None:
+    """The run folders' storage can be written and has room, before anything is written there."""
+    existing = Path(storage_path).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"storage {storage_path}: {existing} cannot be written: set storage.path in the"
+                          " cluster spec to a folder you can write, or fix its permissions")
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"storage {storage_path}: only {free >> 20} MiB free on its file system: free some,"
+                          " or set storage.path in the cluster spec elsewhere")
+
+
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     """Spec, plan and Ray address for a launch, after every check that needs no cluster."""
     spec = load_spec(cfg.cluster)
     the_plan = plan(spec, cfg.job_request())
     check_config(cfg.train)
+    check_storage(the_plan.storage_path)
     if cfg.entry:
         check_entry(cfg.entry)
     if cfg.kind == "loop":

@@ -160,16 +160,22 @@ def nan_train_func() -> None:
     ray.train.report({"loss": float("nan")})
 
 
-def hang_on_rank_1(config: dict) -> None:
-    """Both ranks report once; then rank 1 stops making progress (a stuck data read, a deadlock)."""
-    import time
-
+def hang_in_all_reduce_on_rank_1(config: dict) -> None:
+    """Both ranks report once; then rank 1 enters an all-reduce that rank 0 never joins (a collective out of
+    step: the classic distributed hang). Gloo's own timeout would take 30 minutes."""
     import ray.train
+    import torch
+    import torch.distributed as dist
 
     ray.train.report({"loss": 1.0})
     if ray.train.get_context().get_world_rank() == 1:
-        time.sleep(3600)
+        dist.all_reduce(torch.ones(1))
     ray.train.report({"loss": 0.5})
+
+
+def fails_before_training(config: dict) -> None:
+    """A bug on the first line: every rank fails before its first report."""
+    raise KeyError(config["no_such_setting"])
 
 
 def read_shard(config: dict) -> None:

@@ -5,7 +5,9 @@ nan losses end the run in one line, and a sweep searches the function's own sett
 from __future__ import annotations
 
 import json
+import re
 import signal
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -51,10 +53,15 @@ def test_a_killed_rank_resumes_from_the_functions_own_checkpoint(ray_local, in_t
     assert frame["loss"].tolist() == pytest.approx(rows(whole)["loss"].tolist(), rel=1e-6)
 
 
-def test_a_rank_that_hangs_in_a_function_is_named(ray_local, in_tmp):
+def test_a_rank_hung_in_a_collective_is_named_with_its_stack(ray_local, in_tmp):
     with pytest.raises(RunFailed, match=r"^rank 1 \(pid \d+, node \w+\) made no progress after step 1 .*"
-                                        r"\(--hang-timeout 3\)"):
-        orchestrator.launch(entry="helpers:hang_on_rank_1", hang_timeout=3, name="hang", **TWO)
+                                        r"\(--hang-timeout 3\); rank 1 is in all_reduce \(.*distributed_c10d.py:\d+\);"
+                                        r" stacks in .*hang"):
+        orchestrator.launch(entry="helpers:hang_in_all_reduce_on_rank_1", hang_timeout=3, name="hang", **TWO)
+    stacks = in_tmp / "runs" / "hang" / "hang"
+    assert "hang_in_all_reduce_on_rank_1" in (stacks / "rank-1.txt").read_text()  # py-spy's dump, read before the kill
+    assert "all_reduce" not in (stacks / "rank-0.txt").read_text()  # rank 0 waits elsewhere
+    assert (in_tmp / "runs" / "hang" / "metrics.parquet").exists()  # the rows of a failed run are kept
 
 
 def test_a_nan_loss_in_a_function_ends_the_run_as_the_loops_would(ray_local, in_tmp):
@@ -63,6 +70,15 @@ def test_a_nan_loss_in_a_function_ends_the_run_as_the_loops_would(ray_local, in_
         orchestrator.launch(entry="helpers:nan_train_func", name="nan", **TWO)
     log = (in_tmp / "runs" / "nan" / "logs" / "rank-0.log").read_text()
     assert "Traceback" in log and "NonFiniteLoss" in log  # the failing rank's traceback, in its own log
+
+
+def test_a_run_that_never_trained_leaves_no_folder_and_names_its_traceback(ray_local, in_tmp):
+    with pytest.raises(RunFailed, match=r"^rank 0: KeyError: 'no_such_setting' \(traceback: (\S+/rank-0.log)\);"
+                                        r" it never trained, so \S+/runs/broken was removed$") as failed:
+        orchestrator.launch(entry="helpers:fails_before_training", name="broken", **TWO)
+    log = Path(re.search(r"traceback: (\S+)\)", str(failed.value)).group(1)).read_text()
+    assert "Traceback" in log and "KeyError: 'no_such_setting'" in log  # the whole traceback, in the rank's log
+    assert not (in_tmp / "runs" / "broken").exists()  # a rerun under the name is not refused
 
 
 def test_a_function_reads_ray_data_datasets(ray_local, in_tmp):

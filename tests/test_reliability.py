@@ -69,7 +69,7 @@ def test_beats_move_only_when_the_counter_does():
 
 def test_the_sink_ends_a_hung_group_once_and_keeps_every_row():
     killed: list[str] = []
-    sink = MetricsSink(kill=killed.append)
+    sink = MetricsSink(kill=killed.append, dump=lambda beats: {r: f"stack of pid {b.pid}" for r, b in beats.items()})
     sink.push({"step": 1.0})
     sink.push({"step": 2.0})
     assert sink.since(1) == [{"step": 2.0}]
@@ -81,7 +81,8 @@ def test_the_sink_ends_a_hung_group_once_and_keeps_every_row():
     now = sink.heartbeats()[1].moved_at
     assert sink.end_if_hung(timeout=5, now=now + 1) is None and killed == []
     found = sink.end_if_hung(timeout=5, now=now + 10)
-    assert found is not None and found.startswith("rank 0 (pid 10, node n) stopped responding after step 5")
+    assert found is not None and found.line.startswith("rank 0 (pid 10, node n) stopped responding after step 5")
+    assert found.rank == 0 and found.stacks == {0: "stack of pid 10", 1: "stack of pid 11"}  # read before the kill
     assert sorted(killed) == ["worker-0", "worker-1"]  # the whole group, so that fit() fails or restarts
     assert sink.end_if_hung(timeout=5, now=now + 20) is None  # forgotten: a restarted group starts afresh
 

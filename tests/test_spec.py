@@ -23,6 +23,8 @@ EXPECTED = {
     "cluster-two-heads.yaml": (1, "exactly one head node"),
     "cluster-local-storage-multinode.yaml": (1, "node-local but the cluster has 4 nodes"),
     "cluster-not-yaml.yaml": (3, "not valid YAML"),
+    "cluster-alias-bomb.yaml": (2, "more than 10000 values once its aliases are expanded"),
+    "cluster-bad-address.yaml": (2, "address: 'head-node' is not a Ray address: give host:port"),
 }
 
 

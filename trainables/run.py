@@ -64,7 +64,7 @@ def build_loaders(cfg: TrainConfig, ctx: DistContext,
     train = DataLoader(train_ds, sampler=sampler, drop_last=True, **common)
     val = DataLoader(val_ds, sampler=ShardSampler(len(val_ds), ctx.rank, ctx.world_size), **common)
     if len(train) < cfg.grad_accum:
-        raise ValueError(f"{len(train_ds)} training samples over {ctx.world_size} worker(s) at batch_size"
+        raise ConfigError(f"{len(train_ds)} training samples over {ctx.world_size} worker(s) at batch_size"
                          f" {cfg.batch_size} give {len(train)} batches, fewer than grad_accum {cfg.grad_accum}")
     return Loaders(train, val, sampler, tokens_per_sample=meta.seq_len), meta
 

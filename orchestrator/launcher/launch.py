@@ -4,14 +4,18 @@ to be good."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.plan import Plan
-from groundwork.errors import ConfigError
+from groundwork.errors import ConfigError, Interrupted, RunFailed
 from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
 from orchestrator.launcher.on_pool import run_on_pool
 from orchestrator.launcher.own_group import fit_own_group
@@ -23,6 +27,7 @@ from orchestrator.warm.pool import find_pool
 from trainables.checkpoint import checkpoints_in
 
 log = logging.getLogger(__name__)
+STATE_FILE = "state.json"  # in every run folder that ended: how
 
 
 @dataclass(frozen=True)
@@ -87,16 +92,55 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
     job = launch_job(cfg, run_dir, resume)
     started = time.perf_counter()
-    with ray_session(spec, address, cfg.dashboard):
-        if _on_pool(cfg, the_plan, address):
-            new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
-        else:
-            new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
+    try:
+        with ray_session(spec, address, cfg.dashboard):
+            if _on_pool(cfg, the_plan, address):
+                new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
+            else:
+                new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
+    except RunFailed as exc:
+        raise after_failure(cfg, run_dir, resume, exc) from exc
+    except Interrupted as exc:
+        keep_rows(run_dir, exc.rows)
+        mark(run_dir, "interrupted")
+        raise
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
         write_rows(rows, run_dir)
         plot_loss(rows, run_dir, f"{cfg.name}: {cfg.program}, {cfg.workers} worker(s)")
+    mark(run_dir, "finished")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), checkpoint, rows, time.perf_counter() - started)
+
+
+def keep_rows(run_dir: Path, rows: list[dict[str, float]]) -> None:
+    """The rows of a run that did not finish, beside those it wrote before (a storage that is full keeps
+    what it has: the run's own error says why)."""
+    with contextlib.suppress(OSError):
+        write_rows(dedupe_rows(read_rows(run_dir) + rows), run_dir)
+
+
+def mark(run_dir: Path, state: str) -> None:
+    """How the run ended, in run_dir/state.json: "finished", "failed" or "interrupted" (then `--resume`)."""
+    with contextlib.suppress(OSError):
+        (run_dir / STATE_FILE).write_text(json.dumps({"state": state, "at": time.strftime("%Y-%m-%d %H:%M:%S")}))
+
+
+def after_failure(cfg: LaunchConfig, run_dir: Path, resume: bool, exc: RunFailed) -> RunFailed:
+    """A failed run keeps the rows it made (metrics.parquet). One that made none and has no checkpoint never
+    trained: its folder goes (a rerun under the same name is not refused), its logs moved to a temporary
+    folder that the error line names. A script's folder stays: its logs are what it leaves."""
+    if exc.rows:
+        keep_rows(run_dir, exc.rows)
+        mark(run_dir, "failed")
+        return exc
+    if resume or cfg.kind == "script" or checkpoints_in(run_dir):
+        return exc
+    kept = Path(tempfile.mkdtemp(prefix=f"orchestrator-{run_dir.name}-"))
+    if (run_dir / "logs").is_dir():
+        shutil.move(run_dir / "logs", kept / "logs")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    line = str(exc).replace(str(run_dir / "logs"), str(kept / "logs"))
+    return RunFailed(f"{line}; it never trained, so {run_dir} was removed")
 
 
 def last_validation(rows: list[dict[str, float]]) -> dict[str, float]:

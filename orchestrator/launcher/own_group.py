@@ -11,7 +11,7 @@ import ray
 from ray.train import TrainingFailedError
 
 from cluster.plan import Plan
-from groundwork.errors import RunFailed
+from groundwork.errors import Interrupted, RunFailed
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher.progress import LiveRows, progress_bar
 from orchestrator.raytrain.job import Job, WorkerArgs
@@ -42,11 +42,13 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
     quiet = cfg.quiet or job.kind == "script"
     bar, update = progress_bar(epochs) if not quiet else (contextlib.nullcontext(), None)
     try:
-        with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout) as watchdog:
+        with bar, LiveRows(sink, update) as live, Watchdog(sink, cfg.hang_timeout, run_dir / "hang") as watchdog:
             try:
                 result = trainer.fit()
             except TrainingFailedError as exc:
-                raise RunFailed(failure_line(exc, watchdog.hangs, run_dir)) from exc
+                raise RunFailed(failure_line(exc, watchdog.hangs, run_dir), live.rows) from exc
+            except KeyboardInterrupt:  # Ctrl-C: the trainer has ended every rank (see LeanTrainer)
+                raise Interrupted(live.rows, run_dir.name) from None
     finally:
         ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
     for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from orchestrator.raytrain.stacks import dump_stacks
 from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
 
 
@@ -23,12 +25,28 @@ def kill_worker(worker: Any) -> None:
     ray.kill(worker, no_restart=True)
 
 
+@dataclass
+class Hang:
+    """What the sink found and did: the one-line finding, the rank it names, and every rank's stack (py-spy)
+    read before the group was killed."""
+
+    line: str
+    rank: int
+    stacks: dict[int, str]
+
+
+def stacks_of(beats: dict[int, Beat]) -> dict[int, str]:
+    """Every rank's stack, read on its own node (orchestrator.raytrain.stacks)."""
+    return dump_stacks({rank: (beat.pid, beat.node) for rank, beat in beats.items()})
+
+
 class MetricsSink:
-    def __init__(self, kill: Callable[[Any], None] = kill_worker) -> None:
+    def __init__(self, kill: Callable[[Any], None] = kill_worker,
+                 dump: Callable[[dict[int, Beat]], dict[int, str]] = stacks_of) -> None:
         self.rows: list[dict[str, float]] = []
         self.beats = Beats()
         self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor
-        self.kill = kill
+        self.kill, self.dump = kill, dump
         self.starts = 0  # worker-group starts reported by rank 0 (see `started`)
 
     def started(self) -> int:
@@ -51,13 +69,15 @@ class MetricsSink:
     def heartbeats(self) -> dict[int, Beat]:
         return dict(self.beats.beats)
 
-    def end_if_hung(self, timeout: float, now: float | None = None) -> str | None:
-        """If a rank is hung, kill the worker group (fit() then fails, or restarts under --max-failures) and
-        say why; None while every rank moves."""
+    def end_if_hung(self, timeout: float, now: float | None = None) -> Hang | None:
+        """If a rank is hung, read every rank's stack, kill the worker group (fit() then fails, or restarts
+        under --max-failures) and say why; None while every rank moves."""
         found = find_hang(self.beats.beats, time.monotonic() if now is None else now, timeout)
-        if found:
-            for worker in self.workers.values():
-                self.kill(worker)
-            self.beats.clear()
-            self.workers.clear()
-        return found
+        if not found:
+            return None
+        hang = Hang(found, int(found.split()[1]), self.dump(dict(self.beats.beats)))  # "rank N (pid ..."
+        for worker in self.workers.values():
+            self.kill(worker)
+        self.beats.clear()
+        self.workers.clear()
+        return hang

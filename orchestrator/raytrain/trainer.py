@@ -5,6 +5,7 @@ pools are all built here; `failure_line` says in one line why a fit failed."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -21,9 +22,10 @@ from ray.train.v2._internal.callbacks.placement_group_callback import PlacementG
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 
 from cluster.plan import Plan
-from groundwork.errors import ScriptExited
+from groundwork.errors import ConfigError, JobError, ScriptExited
 
 ABORT_TIMEOUT_S = 30
+EXPECTED = (ConfigError, JobError)  # errors a run may meet that its message says all of
 
 
 class _NoDatasets(WorkerGroupCallback):
@@ -112,17 +114,44 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
 
 
 def failure_line(error: Exception, hangs: list[str], run_dir: Path) -> str:
-    """The cause of a failed fit() in one line: the watchdog's finding, else the first rank's own error."""
+    """The cause of a failed fit() in one line: the watchdog's finding, else the first rank's own error. An
+    error the run expects (bad settings or data, a nan loss, a corrupt checkpoint) is its message alone; any
+    other names the rank log that holds its traceback."""
+    logs = run_dir / "logs"
     if hangs:
-        cause = hangs[-1]
-    else:
-        failures = getattr(error, "worker_failures", None) or {}
-        # RayTaskError wraps the worker's own exception
-        causes = {rank: getattr(f, "cause", None) or f for rank, f in failures.items()}
-        exits = [c for c in causes.values() if isinstance(c, ScriptExited)]
-        if exits:  # a script's exit names its rank; the first to exit took the others down
-            return f"{min(exits, key=lambda e: e.at)} (logs: {run_dir / 'logs'})"
-        first = causes[min(causes)] if causes else error
-        rank = f"rank {min(causes)}: " if causes else ""
-        cause = f"{rank}{type(first).__name__}: {str(first).strip().splitlines()[-1] if str(first).strip() else ''}"
-    return f"{cause} (logs: {run_dir / 'logs'})"
+        return f"{hangs[-1]} (logs: {logs})"
+    failures = getattr(error, "worker_failures", None) or {}
+    # RayTaskError wraps the worker's own exception
+    causes = {rank: getattr(f, "cause", None) or f for rank, f in failures.items()}
+    exits = [c for c in causes.values() if isinstance(c, ScriptExited)]
+    if exits:  # a script's exit names its rank; the first to exit took the others down
+        first_exit = min(exits, key=lambda e: e.at)
+        return f"{first_exit} (its output: {logs / f'rank-{first_exit.rank}.log'})"
+    if not causes:
+        return storage_full(error, run_dir) or f"{type(error).__name__}: {last_line(error)} (logs: {logs})"
+    rank = min(causes)
+    first = causes[rank]
+    line = f"rank {rank}: {type(first).__name__}: {last_line(first)}"
+    if (full := storage_full(first, run_dir)) is not None:
+        return f"rank {rank}: {full}"
+    return line if isinstance(first, EXPECTED) else f"{line} (traceback: {logs / f'rank-{rank}.log'})"
+
+
+def storage_full(error: BaseException, run_dir: Path) -> str | None:
+    """The line for a run whose storage filled up (ENOSPC or a quota, wherever in the error's chain), else
+    None. The checkpoint being written is cut short and skipped on resume; the one before it is whole."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(seen):
+            return (f"the storage is full: no space left under {run_dir.parent} while writing the run: free some"
+                    f" (or set storage.path in the cluster spec elsewhere), then --resume {run_dir.name} continues"
+                    " from its newest complete checkpoint")
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "cause", None)
+        if seen is error:
+            break
+    return None
+
+
+def last_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else ""

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from orchestrator.raytrain.periodic import Periodic
+from orchestrator.raytrain.stacks import innermost
 
 BEAT_EVERY_S = 0.5
 
@@ -98,14 +100,26 @@ class Heartbeat(Periodic):
 
 
 class Watchdog(Periodic):
-    """The driver's side: asks the sink once a second; the sink ends a hung worker group and says why."""
+    """The driver's side: asks the sink once a second; the sink ends a hung worker group and says why. Each
+    rank's stack, read before the end, goes to `stacks_dir`/rank-N.txt, and the line says where the rank it
+    names is stuck (e.g. in an all_reduce)."""
 
-    def __init__(self, sink: Any, timeout: float, every_s: float = 1.0) -> None:
+    def __init__(self, sink: Any, timeout: float, stacks_dir: Path | None = None, every_s: float = 1.0) -> None:
         super().__init__(every_s, "orchestrator-watchdog")
-        self.sink, self.timeout = sink, timeout
+        self.sink, self.timeout, self.stacks_dir = sink, timeout, stacks_dir
         self.hangs: list[str] = []
 
     def tick(self) -> None:
-        found = ray.get(self.sink.end_if_hung.remote(self.timeout))
-        if found:
-            self.hangs.append(found)
+        hang = ray.get(self.sink.end_if_hung.remote(self.timeout))
+        if hang:
+            self.hangs.append(hang.line + self.keep_stacks(hang.rank, hang.stacks))
+
+    def keep_stacks(self, rank: int, stacks: dict[int, str]) -> str:
+        """Write the stacks; the words the hang line gains from them."""
+        if self.stacks_dir is None or not stacks:
+            return ""
+        self.stacks_dir.mkdir(parents=True, exist_ok=True)
+        for r, text in stacks.items():
+            (self.stacks_dir / f"rank-{r}.txt").write_text(text)
+        where = innermost(stacks.get(rank, ""))
+        return (f"; rank {rank} is in {where}" if where else "") + f"; stacks in {self.stacks_dir}"
