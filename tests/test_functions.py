@@ -55,12 +55,12 @@ def test_a_killed_rank_resumes_from_the_functions_own_checkpoint(ray_local, in_t
 
 def test_a_rank_hung_in_a_collective_is_named_with_its_stack(ray_local, in_tmp):
     with pytest.raises(RunFailed, match=r"^rank 1 \(pid \d+, node \w+\) made no progress after step 1 .*"
-                                        r"\(--hang-timeout 3\); rank 1 is in all_reduce \(.*distributed_c10d.py:\d+\);"
-                                        r" stacks in .*hang"):
+                                        r"\(--hang-timeout 3\).*; rank 1 is in all_reduce "
+                                        r"\(.*distributed_c10d.py:\d+\); stacks in .*hang"):
         orchestrator.launch(entry="helpers:hang_in_all_reduce_on_rank_1", hang_timeout=3, name="hang", **TWO)
     stacks = in_tmp / "runs" / "hang" / "hang"
     assert "hang_in_all_reduce_on_rank_1" in (stacks / "rank-1.txt").read_text()  # py-spy's dump, read before the kill
-    assert "all_reduce" not in (stacks / "rank-0.txt").read_text()  # rank 0 waits elsewhere
+    assert "all_reduce (torch" not in (stacks / "rank-0.txt").read_text()  # rank 0 waits elsewhere
     assert (in_tmp / "runs" / "hang" / "metrics.parquet").exists()  # the rows of a failed run are kept
 
 

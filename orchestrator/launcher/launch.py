@@ -27,6 +27,7 @@ from orchestrator.warm.pool import find_pool
 from trainables.checkpoint import checkpoints_in
 
 log = logging.getLogger(__name__)
+RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
 STATE_FILE = "state.json"  # in every run folder that ended: how
 
 
@@ -90,6 +91,8 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     cfg, run_dir = prepare_run(cfg, the_plan, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
+    if resume:
+        set_aside_torn_snapshot(run_dir)
     job = launch_job(cfg, run_dir, resume)
     started = time.perf_counter()
     try:
@@ -110,6 +113,19 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         plot_loss(rows, run_dir, f"{cfg.name}: {cfg.program}, {cfg.workers} worker(s)")
     mark(run_dir, "finished")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), checkpoint, rows, time.perf_counter() - started)
+
+
+def set_aside_torn_snapshot(run_dir: Path) -> None:
+    """Ray Train's own record of a run's checkpoints, cut short (a full disk, a kill while it was written),
+    stops its controller from starting; the run's checkpoints are found without it (each by its manifest)."""
+    snapshot = run_dir / RAY_SNAPSHOT
+    try:
+        json.loads(snapshot.read_text())
+    except FileNotFoundError:
+        return
+    except ValueError:
+        log.warning("%s is cut short: set aside; the checkpoints are read from the run folder", snapshot)
+        snapshot.replace(snapshot.with_suffix(".torn"))
 
 
 def keep_rows(run_dir: Path, rows: list[dict[str, float]]) -> None:
