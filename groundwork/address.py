@@ -26,7 +26,10 @@ def check_address(text: str) -> str:
 def wait_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Return once something accepts a TCP connection at `address`, trying until `timeout` seconds have
     passed (a head still starting answers within them); else ConfigError naming the address and what failed."""
-    host, port = address.rsplit(":", 1)
+    try:
+        host, port = check_address(address).rsplit(":", 1)
+    except ValueError as exc:
+        raise ConfigError(f"address: {exc}") from None
     deadline = time.monotonic() + timeout
     tries, last = 0, ""
     while True:

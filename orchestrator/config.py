@@ -9,6 +9,7 @@ cluster's JobRequest is derived from a config validated here and is not checked 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,14 @@ class LaunchConfig(BaseModel):
             raise ValueError(f"gpus_per_worker={gpus:g} shares a GPU, which only a 1-worker job may do (NCCL"
                              f" refuses two ranks on one GPU): workers is {workers}")
         return gpus
+
+    @field_validator("user")
+    @classmethod
+    def _finite_user_numbers(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, setting in value.items():
+            if isinstance(setting, float) and not math.isfinite(setting):
+                raise ValueError(f"user.{key}: {setting} is not a finite number")
+        return value
 
     @field_validator("address")
     @classmethod
