@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = cluster.add_parser("check", help="compare a spec with the live cluster; all-reduce bandwidth")
     check.add_argument("spec")
     check.add_argument("--address", help="Ray cluster to check (default: the spec's address)")
+    top = sub.add_parser("top", help="every node's CPU and memory and every GPU's use, power and memory (NVML)")
+    top.add_argument("--address", help="Ray cluster to read (default: the spec's address, else this machine)")
+    top.add_argument("--cluster", help="cluster spec YAML (default: this machine)")
+    top.add_argument("--once", action="store_true", help="print one table and exit (default: refresh until Ctrl-C)")
     pool = sub.add_parser("pool", help="keep a worker group warm on a running cluster for launches that join it")
     pool_sub = pool.add_subparsers(dest="pool_command", required=True, parser_class=OneLineParser)
     pool_up = pool_sub.add_parser("up", help="start the pool's workers (the shape of the launches to run on it)")
@@ -83,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     pool_down = pool_sub.add_parser("down", help="stop the pool's workers (a running job ends first)")
     pool_down.add_argument("--address", required=True)
     return parser
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from orchestrator.admin.top import top  # deferred: imports Ray
+    from orchestrator.raytrain.session import ray_session  # deferred: imports Ray
+
+    spec = load_spec(args.cluster)
+    with ray_session(spec, args.address or spec.address, verbose=False):
+        top(args.once)
+    return 0
 
 
 def user_settings(pairs: list[str]) -> dict[str, Any]:
@@ -269,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             return doctor(args.address, with_ray=not args.no_ray)
         commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,
-                    "pool": cmd_pool}
+                    "pool": cmd_pool, "top": cmd_top}
         return commands[args.command](args)
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)

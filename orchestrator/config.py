@@ -59,6 +59,8 @@ class LaunchConfig(BaseModel):
                                 " is ended as hung (first steps and torch.compile count: raise it for them)")
     quiet: Flag = False
     dashboard: Flag = False
+    verbose: Flag = Field(False, description="stream Ray's own lines and every rank's log to the terminal (default:"
+                          " the bar, a line per validation, warnings and errors; the rest is in logs/)")
 
     # Fields are validated in order, so a rule on a later field sees the earlier ones in `info.data`.
 
@@ -153,7 +155,7 @@ class LaunchConfig(BaseModel):
 
     def saved_form(self) -> dict:
         """What launch.yaml holds: everything but the per-invocation display flags."""
-        return self.model_dump(mode="json", exclude={"quiet", "dashboard"})
+        return self.model_dump(mode="json", exclude={"quiet", "dashboard", "verbose"})
 
 
 def load_launch_config(path: str | Path) -> LaunchConfig:

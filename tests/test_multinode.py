@@ -32,9 +32,13 @@ def two_nodes():
 def test_strict_spread_puts_one_worker_on_each_node_and_matches_one_process(two_nodes, tmp_path):
     steps = ["--optimizer", "sgd", "--lr", "0.05", "--max-steps", "6", "--batch-size", "16"]
     proc = run_cli("launch", "--cluster", str(TWO_NODES), "--workers", "2", "--placement", "strict-spread",
-                   "--name", "spread", "--quiet", *steps, cwd=tmp_path)
+                   "--name", "spread", *steps, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "token authentication off" not in proc.stderr  # `cluster up` keeps it on
+    # a quiet terminal: the bar, none of Ray's own lines (they stay in the logs; --verbose streams them)
+    assert "step 6" in proc.stdout and "loss" in proc.stdout
+    assert not [line for line in (proc.stdout + proc.stderr).splitlines()
+                if "TrainController" in line or "TrainingReport" in line or "RayTrainWorker" in line]
     run_dir = tmp_path / "runs" / "spread"
     nodes = [re.search(r"on node ([0-9a-f]+)", (run_dir / "logs" / f"rank-{r}.log").read_text()).group(1)
              for r in (0, 1)]
@@ -53,7 +57,8 @@ def test_a_torchrun_script_spans_both_nodes(two_nodes, tmp_path):
     nodes = [re.search(r"on node ([0-9a-f]+)", log).group(1) for log in logs]
     assert nodes[0] != nodes[1]  # one slot per node; the script's own gloo group formed across them
     assert all(f"[rank {r}] epoch 1 loss" in logs[r] for r in (0, 1)) and (tmp_path / "final.pt").exists()
-    assert "[rank 0] [rank 0] epoch 1 loss" in proc.stdout  # rank 0's lines reach the terminal
+    assert "[rank 0] [rank 0] epoch 1 loss" in proc.stdout  # rank 0's lines reach the terminal (from its log)
+    assert "[rank 1]" not in proc.stdout and "RayTrainWorker" not in proc.stdout + proc.stderr
 
 
 def test_ctrl_c_ends_every_rank_on_both_nodes(two_nodes, tmp_path):
@@ -73,6 +78,15 @@ def test_ctrl_c_ends_every_rank_on_both_nodes(two_nodes, tmp_path):
         time.sleep(0.2)
     assert script_pids(script) == {}  # no rank left on either node
     assert not [p for p in os.popen("ps -eo args").read().splitlines() if "RayTrainWorker" in p]
+
+
+def test_top_reads_every_node_of_the_cluster(two_nodes):
+    proc = run_cli("top", "--address", two_nodes, "--once")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "orchestrator top: 2 node(s)" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if "127.0.0.1" in line]
+    assert len(rows) == 2 and rows[0].split()[1] != rows[1].split()[1]  # two node ids, each read on its node
+    assert all("no NVML" in row and "GiB" in row for row in rows)  # CPU nodes: memory, and no GPU columns
 
 
 def test_cluster_up_twice_is_refused(two_nodes):

@@ -38,6 +38,20 @@ def test_two_workers_reach_90_percent_and_write_results(three_epochs):
     assert {"step", "epoch", "loss", "samples_per_s", "lr", "val_acc"} <= set(frame.columns)
     assert frame["step"].is_monotonic_increasing and frame["step"].iloc[-1] == 66  # 3 x (1437 // 2 // 32)
     assert frame["val_acc"].dropna().iloc[-1] == pytest.approx(run.metrics["val_acc"])
+    # host telemetry of both ranks at each log point: plausible, and the extreme's rank named
+    host = frame.dropna(subset=["rss_mib_max"])
+    assert (host["rss_mib_mean"] > 50).all() and (host["rss_mib_max"] >= host["rss_mib_mean"]).all()
+    assert host["cpu_pct_max"].between(0, 100 * os.cpu_count()).all() and (host["cpu_pct_mean"] > 0).any()
+    assert set(host["rss_mib_max_rank"]) <= {0, 1}
+    # the same rows as TensorBoard scalars, read back with TensorBoard's own reader
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # deferred: test-only
+
+    board = EventAccumulator(str(run.path / "tb"))
+    board.Reload()
+    losses = board.Scalars("loss")
+    assert [e.step for e in losses] == frame.dropna(subset=["loss"])["step"].tolist()
+    assert losses[-1].value == pytest.approx(frame["loss"].dropna().iloc[-1])
+    assert "val_acc" in board.Tags()["scalars"] and "rss_mib_max" in board.Tags()["scalars"]
     assert (run.path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     logs = sorted(p.name for p in (run.path / "logs").iterdir())
     assert logs == ["rank-0.log", "rank-1.log"]

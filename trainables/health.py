@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from groundwork.errors import NonFiniteLoss
 from trainables.context import DistContext
+from trainables.telemetry import HostTelemetry
 
 STRAGGLER_FACTOR = 1.5
 NO_BAD_STEP = -1.0
@@ -67,12 +68,19 @@ class RankClock:
         return out
 
 
+def spread(name: str, values: list[float]) -> dict[str, float]:
+    """Mean and max of one figure across ranks, and the rank of the max."""
+    top = max(range(len(values)), key=values.__getitem__)
+    return {f"{name}_mean": statistics.fmean(values), f"{name}_max": values[top], f"{name}_max_rank": top}
+
+
 class Health:
     """Per-rank health between log points: the first non-finite step (kept on the device) and own time."""
 
     def __init__(self, ctx: DistContext) -> None:
         self.ctx = ctx
         self.clock = RankClock(ctx.device)
+        self.host = HostTelemetry()
         self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
 
     def watch_loss(self, loss: torch.Tensor, step: int) -> None:
@@ -81,16 +89,18 @@ class Health:
         self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
 
     def exchange(self) -> dict[str, float | str]:
-        """Called by every rank at the same step: raise on a non-finite loss; straggler figures for the row."""
-        mine = torch.stack([torch.tensor(self.clock.per_step(), dtype=torch.float64, device=self.ctx.device),
-                            self.first_bad])
+        """Called by every rank at the same step: raise on a non-finite loss; straggler and host figures (CPU %,
+        RSS: mean, max and the rank of the max) for the row."""
+        cpu_pct, rss = self.host.sample()
+        host = torch.tensor([self.clock.per_step(), cpu_pct, rss], dtype=torch.float64, device=self.ctx.device)
+        mine = torch.cat([host, self.first_bad.reshape(1)])
         if self.ctx.distributed:
             gathered = [torch.empty_like(mine) for _ in range(self.ctx.world_size)]
             dist.all_gather(gathered, mine)
-            table = torch.stack(gathered).cpu()  # (world, 2): own seconds per step, first bad step
+            table = torch.stack(gathered).cpu()  # (world, 4): own s/step, CPU %, RSS MiB, first bad step
         else:
             table = mine.cpu().unsqueeze(0)
-        bad = [int(s) for s in table[:, 1].tolist() if s >= 0]
+        bad = [int(s) for s in table[:, 3].tolist() if s >= 0]
         if bad:
             raise NonFiniteLoss(min(bad))
         own = table[:, 0].tolist()
@@ -98,4 +108,5 @@ class Health:
         median = statistics.median(own)
         slowest = max(range(len(own)), key=own.__getitem__)
         return {"slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
-                "stragglers": ",".join(map(str, slow))}
+                "stragglers": ",".join(map(str, slow)), **spread("cpu_pct", table[:, 1].tolist()),
+                **spread("rss_mib", table[:, 2].tolist())}

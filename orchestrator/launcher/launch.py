@@ -96,7 +96,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     job = launch_job(cfg, run_dir, resume)
     started = time.perf_counter()
     try:
-        with ray_session(spec, address, cfg.dashboard):
+        with ray_session(spec, address, cfg.dashboard, cfg.verbose):
             if _on_pool(cfg, the_plan, address):
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
             else:

@@ -33,6 +33,11 @@ class LiveRows(Periodic):
         self.tick()  # the last rows pushed before the workers finished
 
 
+def validation_line(row: dict) -> str:
+    acc = f"  val_acc {row['val_acc']:.4f}" if row.get("val_acc") is not None else ""
+    return f"epoch {row.get('epoch', 0):g}  step {int(row.get('step', 0))}  val_loss {row['val_loss']:.4f}{acc}"
+
+
 def progress_bar(epochs: int | None) -> tuple[Progress, Callable[[list[dict]], None]]:
     """The shared loop's bar (epochs known), or a train function's (`epochs` None: its own reports, and their
     rate, drive it)."""
@@ -43,7 +48,13 @@ def progress_bar(epochs: int | None) -> tuple[Progress, Callable[[list[dict]], N
     task = progress.add_task("train", total=epochs, step=0, loss="-", speed="", report=0)
     started = time.monotonic()
 
+    printed = [0]  # rows already looked at for validation lines
+
     def update(rows: list[dict]) -> None:
+        for row in rows[printed[0]:]:  # one line per validation, kept above the bar
+            if row.get("val_loss") is not None:
+                progress.console.print(validation_line(row))
+        printed[0] = len(rows)
         last = rows[-1]
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
         speed = next((r["samples_per_s"] for r in reversed(rows) if r.get("samples_per_s")), None)

@@ -34,7 +34,7 @@ def bind_to_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
+def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True) -> None:
     head = spec.head
     bind_to_loopback()
     # One node that no cloud can reclaim: Ray Train's preemption watcher (an actor, a process per launch,
@@ -48,31 +48,48 @@ def start_local(spec: ClusterSpec, dashboard: bool = False) -> None:
         include_dashboard=dashboard,
         dashboard_host="127.0.0.1",
         _node_ip_address="127.0.0.1",
-        log_to_driver=True,
+        log_to_driver=verbose,
     )
     log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
 
 
-def join(address: str) -> None:
+def join(address: str, verbose: bool = True) -> None:
     """Connect this driver to a running cluster (token: see present_token); warn if it takes anyone."""
     wait_reachable(address)
     warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too
-    ray.init(address=address, log_to_driver=True)
+    ray.init(address=address, log_to_driver=verbose)
 
 
 @contextlib.contextmanager
-def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False) -> Iterator[None]:
-    """Ray for the length of a launch. A Ray this process already holds is reused and left running."""
-    if ray.is_initialized():
-        yield
-        return
-    if address is None:
-        start_local(spec, dashboard)
-    else:
-        join(address)
+def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
+                verbose: bool = True) -> Iterator[None]:
+    """Ray for the length of a launch. A Ray this process already holds is reused and left running. Not
+    `verbose`: the workers' output stays in their log files (Ray forwards none of it) and Ray's own INFO lines
+    on this driver are not printed, so the terminal holds the run's bar, lines and errors."""
+    with driver_logs(verbose):
+        if ray.is_initialized():
+            yield
+            return
+        if address is None:
+            start_local(spec, dashboard, verbose)
+        else:
+            join(address, verbose)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def driver_logs(verbose: bool) -> Iterator[None]:
+    """Ray's INFO lines on this driver ("Started a local Ray instance", the trainer's) only when verbose."""
+    ray_log = logging.getLogger("ray")
+    level = ray_log.level
+    if not verbose:
+        ray_log.setLevel(logging.WARNING)
     try:
         yield
     finally:
-        ray.shutdown()
+        ray_log.setLevel(level)
