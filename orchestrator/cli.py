@@ -126,9 +126,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     result = launch(cfg, resume=args.resume is not None)
     shown = [k for k in ("val_acc", "val_loss", "loss") if k in result.metrics] or [
         k for k in result.metrics if k not in ("report", "step", "epoch")][:4]  # a function's own metrics
-    metrics = ", ".join(f"{k}={result.metrics[k]:.4g}" for k in shown)
-    Console(stderr=True).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s: {metrics}\n"
-                               f"  results: {result.path}")
+    metrics = ": " + ", ".join(f"{k}={result.metrics[k]:.4g}" for k in shown) if shown else ""
+    Console(stderr=True, width=200).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}\n"
+                                          f"  results: {result.path}", soft_wrap=True)
     return 0
 
 

@@ -49,6 +49,7 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
         dashboard_host="127.0.0.1",
         _node_ip_address="127.0.0.1",
         log_to_driver=verbose,
+        logging_level=logging.INFO if verbose else logging.WARNING,  # ray.init sets its logger's level itself
     )
     log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
 
@@ -59,7 +60,7 @@ def join(address: str, verbose: bool = True) -> None:
     warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too
-    ray.init(address=address, log_to_driver=verbose)
+    ray.init(address=address, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)
 
 
 @contextlib.contextmanager
