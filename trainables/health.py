@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from groundwork.errors import NonFiniteLoss
 from trainables.context import DistContext
-from trainables.telemetry import HostTelemetry
+from trainables.telemetry import HostTelemetry, gpu_telemetry
 
 STRAGGLER_FACTOR = 1.5
 NO_BAD_STEP = -1.0
@@ -81,6 +81,7 @@ class Health:
         self.ctx = ctx
         self.clock = RankClock(ctx.device)
         self.host = HostTelemetry()
+        self.gpu = gpu_telemetry(ctx.device)
         self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
 
     def watch_loss(self, loss: torch.Tensor, step: int) -> None:
@@ -88,19 +89,22 @@ class Health:
         bad = ~torch.isfinite(loss.to(self.first_bad.device)) & (self.first_bad < 0)
         self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
 
-    def exchange(self) -> dict[str, float | str]:
-        """Called by every rank at the same step: raise on a non-finite loss; straggler and host figures (CPU %,
-        RSS: mean, max and the rank of the max) for the row."""
-        cpu_pct, rss = self.host.sample()
-        host = torch.tensor([self.clock.per_step(), cpu_pct, rss], dtype=torch.float64, device=self.ctx.device)
+    def exchange(self, row: bool = True) -> dict[str, float | str]:
+        """Called by every rank at the same step: raise on a non-finite loss; straggler and telemetry figures
+        (CPU %, RSS, each GPU figure: mean, max and the rank of the max; the GPUs' energy in all) for a row.
+        Not a `row`: the nan check alone, the telemetry windows run on to the next row."""
+        cpu_pct, rss = self.host.sample() if row else (0.0, 0.0)
+        gpu = self.gpu.sample() if self.gpu is not None and row else {}
+        host = torch.tensor([self.clock.per_step(), cpu_pct, rss, *gpu.values()], dtype=torch.float64,
+                            device=self.ctx.device)
         mine = torch.cat([host, self.first_bad.reshape(1)])
         if self.ctx.distributed:
             gathered = [torch.empty_like(mine) for _ in range(self.ctx.world_size)]
             dist.all_gather(gathered, mine)
-            table = torch.stack(gathered).cpu()  # (world, 4): own s/step, CPU %, RSS MiB, first bad step
+            table = torch.stack(gathered).cpu()  # (world, 4 + GPU figures): s/step, CPU %, RSS, GPU..., first bad
         else:
             table = mine.cpu().unsqueeze(0)
-        bad = [int(s) for s in table[:, 3].tolist() if s >= 0]
+        bad = [int(s) for s in table[:, -1].tolist() if s >= 0]
         if bad:
             raise NonFiniteLoss(min(bad))
         own = table[:, 0].tolist()
@@ -109,4 +113,6 @@ class Health:
         slowest = max(range(len(own)), key=own.__getitem__)
         return {"slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
                 "stragglers": ",".join(map(str, slow)), **spread("cpu_pct", table[:, 1].tolist()),
-                **spread("rss_mib", table[:, 2].tolist())}
+                **spread("rss_mib", table[:, 2].tolist()),
+                **{k: v for i, name in enumerate(gpu, start=3) for k, v in spread(name, table[:, i].tolist()).items()},
+                **({"gpu_energy_j_total": table[:, 3 + list(gpu).index("gpu_energy_j")].sum().item()} if gpu else {})}

@@ -25,6 +25,7 @@ from trainables.checkpoint import rng_state, save_state
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
 from trainables.data.samplers import ResumableSampler
+from trainables.flops import mfu, peak_flops
 from trainables.health import Health
 from trainables.objective import Objective, batch_to_device
 from trainables.parallel import unwrap
@@ -150,12 +151,17 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
 class Meter:
     """Loss and throughput between two log points, read with one host sync."""
 
-    def __init__(self, ctx: DistContext, samples_per_step: int, tokens_per_sample: int) -> None:
+    last_samples = 0  # samples trained in the window the last row closed
+
+    def __init__(self, ctx: DistContext, samples_per_step: int, tokens_per_sample: int,
+                 count_flops: Callable[[], float | None] | None = None, peak: float | None = None) -> None:
         self.loss = torch.zeros((), device=ctx.device)
         self.finite = torch.zeros((), device=ctx.device)  # steps with a finite loss (--skip-nonfinite skips others)
         self.steps = 0
         self.samples_per_step = samples_per_step
         self.tokens_per_sample = tokens_per_sample
+        # FLOPs per sample, counted at the first row (once the first step is done: ~1 s the first time)
+        self.count_flops, self.flops, self.peak, self.world_size = count_flops, None, peak, ctx.world_size
         self.since = time.perf_counter()
 
     def add(self, loss: torch.Tensor) -> None:
@@ -177,21 +183,39 @@ class Meter:
         }
         if self.tokens_per_sample:
             row["tokens_per_s"] = row["samples_per_s"] * self.tokens_per_sample
+        if self.count_flops is not None and self.peak is not None:
+            self.flops, self.count_flops = self.count_flops(), None
+        row.update(mfu(self.flops, self.peak, row["samples_per_s"], self.world_size))
+        self.last_samples = self.steps * self.samples_per_step
         self.loss.zero_()
         self.finite.zero_()
         self.steps = 0
         self.since = time.perf_counter()
         return row
 
+    def energy(self, figures: dict[str, float | str]) -> dict[str, float]:
+        """The GPUs' energy per sample (and per token) over the window the last row closed."""
+        joules = figures.get("gpu_energy_j_total")
+        if not isinstance(joules, float) or not self.last_samples:
+            return {}
+        out = {"energy_j_per_sample": joules / self.last_samples}
+        if self.tokens_per_sample:
+            out["energy_j_per_token"] = out["energy_j_per_sample"] / self.tokens_per_sample
+        return out
+
 
 def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistContext,
-               reporter: Reporter, profiler: StepProfiler | None = None) -> dict[str, float]:
+               reporter: Reporter, profiler: StepProfiler | None = None,
+               count_flops: Callable[[], float | None] | None = None) -> dict[str, float]:
+    """Train to the config's end; `count_flops` (FLOPs per sample, see trainables.flops) puts MFU in the rows
+    where the device's peak is known."""
     pos = state.position
     per_epoch = steps_per_epoch(cfg, loaders)
     last_step = total_steps(cfg, loaders)
     last_epoch = cfg.stop_after_epochs or cfg.epochs
     micro_per_epoch = per_epoch * cfg.grad_accum
-    meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample)
+    meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample, count_flops,
+                  peak_flops(cfg, ctx.device))
     health = Health(ctx)
     profiler = profiler or StepProfiler(None, None, False)
     metrics: dict[str, float] = {}
@@ -216,13 +240,14 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
             if pos.step % cfg.log_every == 0:
                 checked = health.exchange()  # every rank: raises on a non-finite loss
                 if ctx.is_main:
-                    metrics = {**meter.row(state, micro_per_epoch), **checked, "skipped_steps": state.skipped_steps}
+                    metrics = {**meter.row(state, micro_per_epoch), **checked, "skipped_steps": state.skipped_steps,
+                               **meter.energy(checked)}
                     reporter.log(metrics)
             if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
-                health.exchange()  # never checkpoint a nan
+                health.exchange(row=False)  # never checkpoint a nan
                 checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
         train_seconds += time.perf_counter() - epoch_started
-        health.exchange()
+        health.exchange(row=False)
         if pos.batch_in_epoch >= micro_per_epoch:
             pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
         metrics = {**metrics, **evaluate(state, loaders.val, ctx, cfg, reporter), "step": pos.step,

@@ -25,6 +25,7 @@ from trainables.context import DistContext, Reporter
 from trainables.data import DATASET_KINDS, DATASETS, DataMeta, build_datasets
 from trainables.data.samplers import ResumableSampler, ShardSampler
 from trainables.factories import is_import_path, resolve
+from trainables.flops import flops_per_sample
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.objective import objective_of
@@ -141,7 +142,12 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
         seed_everything(cfg.seed + ctx.rank)  # per-rank stream for dropout and the like
     n_params = sum(p.numel() for p in unwrap(state.model).parameters())
     log.info("model %s: %.2fM parameters on %s", cfg.model, n_params / 1e6, [str(d) for d in ctx.devices])
-    return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main))
+    def count_flops() -> float | None:
+        return flops_per_sample(lambda: build_model(cfg.model, meta, cfg, user), loaders.train.dataset,
+                                state.objective)
+
+    return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main),
+                      count_flops if ctx.is_main else None)  # the rows are rank 0's
 
 
 def check_config(cfg: TrainConfig) -> None:

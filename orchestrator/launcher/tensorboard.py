@@ -5,9 +5,12 @@ them, not on the launch's path to its first step."""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class TensorBoardRows:
@@ -17,10 +20,17 @@ class TensorBoardRows:
         self.written = 0
 
     def __call__(self, rows: list[dict[str, Any]]) -> None:
+        if self.writer is False:
+            return
         if self.writer is None:
-            from torch.utils.tensorboard import SummaryWriter  # deferred: 2 s of imports, off the launch's path
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # deferred: 2 s of imports, off the launch's path
 
-            self.writer = SummaryWriter(str(self.folder))
+                self.writer = SummaryWriter(str(self.folder))
+            except (ImportError, OSError) as exc:  # no tensorboard, or no room: the run goes on without
+                log.warning("no TensorBoard events (%s: %s): pip install tensorboard", type(exc).__name__, exc)
+                self.writer = False
+                return
         for row in rows[self.written:]:
             step = int(row.get("step", 0))
             for key, value in row.items():
@@ -30,5 +40,5 @@ class TensorBoardRows:
         self.writer.flush()
 
     def close(self) -> None:
-        if self.writer is not None:
+        if self.writer:
             self.writer.close()

@@ -1,0 +1,54 @@
+"""What a row says about the hardware, in one process (no Ray): model FLOPs counted on the meta device (MFU),
+and the host telemetry of a rank. The 2-worker rows (telemetry across ranks, TensorBoard) are checked in
+tests/test_ray_train.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from trainables.config import TrainConfig
+from trainables.data import build_datasets
+from trainables.flops import flops_per_sample
+from trainables.local import train_locally
+from trainables.models import build_model
+from trainables.objective import objective_of
+from trainables.run import dataset_of
+from trainables.telemetry import HostTelemetry
+
+
+def counted(cfg: TrainConfig) -> tuple[float | None, int]:
+    """(FLOPs per sample, parameters); the count leaves the global RNG as it found it."""
+    train, _, meta = build_datasets(cfg, dataset_of(cfg))
+    params = sum(p.numel() for p in build_model(cfg.model, meta, cfg).parameters())
+    before = torch.random.get_rng_state()
+    flops = flops_per_sample(lambda: build_model(cfg.model, meta, cfg), train, objective_of(cfg))
+    assert torch.equal(before, torch.random.get_rng_state())  # a resumed run stays bit-exact
+    return flops, params
+
+
+def test_flops_are_counted_for_transformers_and_convnets_and_leave_the_rng_alone():
+    gpt, params = counted(TrainConfig(model="gpt-char", seq_len=64))
+    # forward + backward = 6 x parameters x tokens, plus attention's own matmuls (nanoGPT's estimate)
+    assert 6 * params * 64 <= gpt <= 1.2 * 6 * params * 64
+    resnet, _ = counted(TrainConfig(model="resnet18", dataset="fake-images", image_size=224))
+    assert resnet == pytest.approx(3 * 2 * 1.82e9, rel=0.03)  # 1.82 GMACs forward, backward twice that
+
+
+def test_rows_carry_mfu_where_the_peak_is_known(tmp_path):
+    cfg = {"model": "digits-cnn", "epochs": 1, "log_every": 5, "max_steps": 10}
+    with_peak, _ = train_locally(TrainConfig(**cfg, peak_tflops=0.5), tmp_path / "peak")
+    flops, _ = counted(TrainConfig(model="digits-cnn"))
+    assert with_peak["mfu"] == pytest.approx(flops * with_peak["samples_per_s"] / 0.5e12, rel=1e-6)
+    assert 0 < with_peak["mfu"] < 1 and with_peak["model_tflops"] == pytest.approx(with_peak["mfu"] * 0.5)
+    without, _ = train_locally(TrainConfig(**cfg), tmp_path / "cpu")
+    assert "mfu" not in without  # a CPU has no known peak
+
+
+def test_host_telemetry_is_plausible():
+    host = HostTelemetry()
+    sum(i * i for i in range(2_000_000))  # some CPU time
+    cpu_pct, rss = host.sample()
+    assert 0 < cpu_pct <= 100 * os.cpu_count() and rss > 50
