@@ -59,6 +59,9 @@ class LaunchConfig(BaseModel):
                                 " is ended as hung (first steps and torch.compile count: raise it for them)")
     quiet: Flag = False
     dashboard: Flag = False
+    mlflow: str | None = Field(None, description="also log the rows to this MLflow tracking URI (a server,"
+                               " sqlite:///mlflow.db, or a file: store)")
+    nsys: Flag = Field(False, description="run each worker under Nsight Systems; reports in runs/<name>/profile/")
     verbose: Flag = Field(False, description="stream Ray's own lines and every rank's log to the terminal (default:"
                           " the bar, a line per validation, warnings and errors; the rest is in logs/)")
 

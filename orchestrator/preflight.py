@@ -80,6 +80,11 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
         check_data(cfg.train, dataset_of(cfg.train), cfg.workers, cfg.user)
     if cfg.kind == "script":
         check_script(cfg)
+    if cfg.nsys and shutil.which("nsys") is None:
+        raise ConfigError("--nsys: Nsight Systems (`nsys`) is not on PATH here: install it (NVIDIA's CUDA toolkit"
+                          " or the nsight-systems package) on every node, or drop --nsys")
+    if cfg.mlflow and importlib.util.find_spec("mlflow") is None:
+        raise ConfigError(f"--mlflow {cfg.mlflow}: MLflow is not installed: pip install mlflow-skinny")
     address = cfg.address or spec.address
     if address is None and spec.num_nodes > 1:
         raise ConfigError(f"the cluster spec describes {spec.num_nodes} nodes but no Ray address is given:"

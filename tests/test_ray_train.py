@@ -26,9 +26,10 @@ DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
 @pytest.fixture(scope="module")
 def three_epochs(ray_local, tmp_path_factory):
     """The uninterrupted reference run: 2 workers, 3 epochs, seeded. Later tests run in its folder."""
+    folder = tmp_path_factory.mktemp("runs")
     with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp_path_factory.mktemp("runs"))
-        yield orchestrator.launch(**DIGITS, epochs=3, name="whole")
+        mp.chdir(folder)
+        yield orchestrator.launch(**DIGITS, epochs=3, name="whole", mlflow=f"file:{folder / 'mlruns'}")
 
 
 def test_two_workers_reach_90_percent_and_write_results(three_epochs):
@@ -52,6 +53,14 @@ def test_two_workers_reach_90_percent_and_write_results(three_epochs):
     assert [e.step for e in losses] == frame.dropna(subset=["loss"])["step"].tolist()
     assert losses[-1].value == pytest.approx(frame["loss"].dropna().iloc[-1])
     assert "val_acc" in board.Tags()["scalars"] and "rss_mib_max" in board.Tags()["scalars"]
+    # and in MLflow (a local file store, as offline as the test)
+    from mlflow.tracking import MlflowClient  # deferred: test-only
+
+    client = MlflowClient(tracking_uri=f"file:{run.path.parent.parent / 'mlruns'}")
+    logged = client.search_runs([client.get_experiment_by_name("orchestrator").experiment_id])[0]
+    assert logged.info.run_name == "whole" and logged.info.status == "FINISHED"
+    history = client.get_metric_history(logged.info.run_id, "loss")
+    assert [m.step for m in history] == [e.step for e in losses] and logged.data.params["train.epochs"] == "3"
     assert (run.path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     logs = sorted(p.name for p in (run.path / "logs").iterdir())
     assert logs == ["rank-0.log", "rank-1.log"]

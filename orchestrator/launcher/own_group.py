@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from ray.train import TrainingFailedError
 from cluster.plan import Plan
 from groundwork.errors import Interrupted, RunFailed
 from orchestrator.config import LaunchConfig
+from orchestrator.launcher.mlflow_rows import MlflowRows
 from orchestrator.launcher.progress import LiveRows, progress_bar
 from orchestrator.launcher.tail import LogTail
 from orchestrator.launcher.tensorboard import TensorBoardRows
@@ -53,6 +55,17 @@ def terminal(cfg: LaunchConfig, job: Job, run_dir: Path) -> tuple[Any, Callable[
     return progress_bar(None if job.kind == "function" else cfg.train.epochs)
 
 
+def collect_nsight_reports(folder: Path) -> None:
+    """Nsight Systems reports Ray wrote for this session's workers on this node, into the run's profile/
+    (a report written on another node stays in that node's session logs, logs/nsight/)."""
+    session = Path(ray._private.worker.global_worker.node.get_session_dir_path())  # Ray 2.60
+    reports = sorted((session / "logs" / "nsight").glob("*.nsys-rep"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for report in reports:
+        shutil.copy2(report, folder / report.name)
+    log.warning("%d Nsight Systems report(s) in %s", len(reports), folder)
+
+
 def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                   run_dir: Path) -> tuple[list[dict[str, float]], Path | None]:
     """Run the job on a new worker group; returns its rows and its latest checkpoint."""
@@ -60,21 +73,28 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
     # A script's workers only coordinate over their own process group (gloo); the script makes its own.
     trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
                            keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures,
-                           datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None)
+                           datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None,
+                           nsight=cfg.nsys)
     bar, update = terminal(cfg, job, run_dir)
-    board = TensorBoardRows(run_dir / "tb")
+    board, tracking = TensorBoardRows(run_dir / "tb"), MlflowRows(cfg.mlflow, cfg)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
+    status = "FAILED"  # MLflow's word for how the run ended
     try:
-        with bar, LiveRows(sink, both(update, board)) as live, watchdog:
+        with bar, LiveRows(sink, both(update, board, tracking)) as live, watchdog:
             try:
                 result = trainer.fit()
+                status = "FINISHED"
             except TrainingFailedError as exc:
                 raise RunFailed(failure_line(exc, watchdog.hangs, run_dir), live.rows) from exc
             except KeyboardInterrupt:  # Ctrl-C: the trainer has ended every rank (see LeanTrainer)
+                status = "KILLED"
                 raise Interrupted(live.rows, run_dir.name) from None
     finally:
         board.close()
+        tracking.close(status)
         ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
+    if cfg.nsys:
+        collect_nsight_reports(run_dir / "profile")
     for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)
         log.warning("restarted after a hang: %s", hang)
     return live.rows, Path(result.checkpoint.path) if result.checkpoint else None

@@ -91,7 +91,8 @@ def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
 
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
-                 datasets: dict[str, str] | None = None, backend: str | None = None) -> TorchTrainer:
+                 datasets: dict[str, str] | None = None, backend: str | None = None,
+                 nsight: bool = False) -> TorchTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
     workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate)."""
     return LeanTrainer(
@@ -107,7 +108,10 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            worker_runtime_env={"env_vars": {**the_plan.env, **importable_from_here()}},
+            # nsight: Ray runs each worker under Nsight Systems (`nsys profile`), its report in the node's
+            # session logs (collected by the launcher)
+            worker_runtime_env={"env_vars": {**the_plan.env, **importable_from_here()},
+                                **({"_nsight": "default"} if nsight else {})},  # RuntimeEnv(nsight=...) in 2.60
             callbacks=callbacks,
         ),
     )
