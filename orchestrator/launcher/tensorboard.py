@@ -5,6 +5,7 @@ them, not on the launch's path to its first step."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from pathlib import Path
@@ -22,23 +23,23 @@ class TensorBoardRows:
     def __call__(self, rows: list[dict[str, Any]]) -> None:
         if self.writer is False:
             return
-        if self.writer is None:
-            try:
+        try:
+            if self.writer is None:
                 from torch.utils.tensorboard import SummaryWriter  # deferred: 2 s of imports, off the launch's path
 
                 self.writer = SummaryWriter(str(self.folder))
-            except (ImportError, OSError) as exc:  # no tensorboard, or no room: the run goes on without
-                log.warning("no TensorBoard events (%s: %s): pip install tensorboard", type(exc).__name__, exc)
-                self.writer = False
-                return
-        for row in rows[self.written:]:
-            step = int(row.get("step", 0))
-            for key, value in row.items():
-                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
-                    self.writer.add_scalar(key, value, step)
-        self.written = len(rows)
-        self.writer.flush()
+            for row in rows[self.written:]:
+                step = int(row.get("step", 0))
+                for key, value in row.items():
+                    if key != "step" and isinstance(value, int | float) and math.isfinite(value):
+                        self.writer.add_scalar(key, value, step)
+            self.written = len(rows)
+            self.writer.flush()
+        except Exception as exc:  # no tensorboard, a full disk: the run goes on, its rows are in metrics.parquet
+            log.warning("TensorBoard events stopped (%s: %s)", type(exc).__name__, str(exc)[:200])
+            self.writer = False
 
     def close(self) -> None:
         if self.writer:
-            self.writer.close()
+            with contextlib.suppress(Exception):  # (as above)
+                self.writer.close()
