@@ -118,8 +118,12 @@ class Watchdog(Periodic):
         """Write the stacks; the words the hang line gains from them."""
         if self.stacks_dir is None or not stacks:
             return ""
-        self.stacks_dir.mkdir(parents=True, exist_ok=True)
-        for r, text in stacks.items():
-            (self.stacks_dir / f"rank-{r}.txt").write_text(text)
         where = innermost(stacks.get(rank, ""))
-        return (f"; rank {rank} is in {where}" if where else "") + f"; stacks in {self.stacks_dir}"
+        said = f"; rank {rank} is in {where}" if where else ""
+        try:
+            self.stacks_dir.mkdir(parents=True, exist_ok=True)
+            for r, text in stacks.items():
+                (self.stacks_dir / f"rank-{r}.txt").write_text(text)
+        except OSError as exc:  # a full or read-only storage: the finding still ends the run
+            return f"{said}; stacks not kept ({exc.strerror})"
+        return f"{said}; stacks in {self.stacks_dir}"
