@@ -4,6 +4,7 @@ runs: GPT-2 124M (bf16, torch.compile) and ResNet-50 (bf16, channels_last) on on
 steady part of each run (samples with the GPU busy).
 
     python3 bench/telemetry_gpu.py --out bench/results/telemetry_gpu_h200.json
+    python3 bench/telemetry_gpu.py --overhead 2 --out bench/results/telemetry_overhead_h200.json
 """
 
 from __future__ import annotations
@@ -54,14 +55,36 @@ def run(name: str, folder: Path) -> dict:
             "nvml_over_smi": {k: round(ours[k] / smi_avg[k], 3) for k in ours}, "smi_busy_samples": len(busy)}
 
 
+def overhead(folder: Path, pairs: int) -> dict:
+    """GPT-2's steady tokens/s with telemetry on and off, alternated, each the median of its run's windows."""
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(pairs):
+        for mode in ("on", "off"):
+            name = f"gpt2-{mode}-{i}"
+            proc = subprocess.run([*CLI, *RUNS["gpt2"], "--name", name, f"--{'' if mode == 'on' else 'no-'}telemetry"],
+                                  cwd=folder, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} failed: {proc.stderr[-2000:]}")
+            rows = pd.read_parquet(folder / "runs" / name / "metrics.parquet").dropna(subset=["tokens_per_s"])
+            rates[mode].append(float(rows["tokens_per_s"].iloc[1:].median()))
+    return {"tokens_per_s": rates, "off_over_on": round(statistics.median(rates["off"]) /
+                                                        statistics.median(rates["on"]), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--overhead", type=int, default=0, metavar="PAIRS",
+                        help="only GPT-2 with telemetry on and off, alternated PAIRS times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"what": "NVML telemetry and MFU in the rows of `orchestrator launch` vs nvidia-smi during the"
-                          " same runs (MFU of NVIDIA's dense bf16 peak, 989 TFLOP/s for an H200)",
-                  **{name: run(name, Path(tmp)) for name in RUNS}, **provenance()}
+        if args.overhead:
+            result = {"what": "GPT-2 124M bf16 compiled, 1 GPU: tokens/s with --telemetry vs --no-telemetry,"
+                              " alternated", **overhead(Path(tmp), args.overhead), **provenance()}
+        else:
+            result = {"what": "NVML telemetry and MFU in the rows of `orchestrator launch` vs nvidia-smi during"
+                              " the same runs (MFU of NVIDIA's dense bf16 peak, 989 TFLOP/s for an H200)",
+                      **{name: run(name, Path(tmp)) for name in RUNS}, **provenance()}
     print(result)
     write_result(result, args.out)
 

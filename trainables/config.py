@@ -67,6 +67,7 @@ class TrainConfig(BaseModel):
     seq_len: int = Field(128, ge=2, description="tokens per sample, for text datasets")
     val_fraction: float = Field(0.2, gt=0, lt=1)
     fake_samples: int = Field(2048, ge=1, description="size of the synthetic datasets")
+    telemetry: Flag = Field(True, description="CPU, memory, GPU (NVML) figures and MFU in the rows")
     peak_tflops: float | None = Field(None, gt=0, description="one device's peak TFLOP/s, for MFU (default: NVIDIA's"
                                       " figure for the GPU's name; none on CPU)")
     image_size: int = Field(64, ge=8, description="side of synthetic images")

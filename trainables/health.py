@@ -77,11 +77,11 @@ def spread(name: str, values: list[float]) -> dict[str, float]:
 class Health:
     """Per-rank health between log points: the first non-finite step (kept on the device) and own time."""
 
-    def __init__(self, ctx: DistContext) -> None:
+    def __init__(self, ctx: DistContext, telemetry: bool = True) -> None:
         self.ctx = ctx
         self.clock = RankClock(ctx.device)
-        self.host = HostTelemetry()
-        self.gpu = gpu_telemetry(ctx.device)
+        self.host = HostTelemetry() if telemetry else None
+        self.gpu = gpu_telemetry(ctx.device) if telemetry else None
         self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
 
     def watch_loss(self, loss: torch.Tensor, step: int) -> None:
@@ -93,7 +93,7 @@ class Health:
         """Called by every rank at the same step: raise on a non-finite loss; straggler and telemetry figures
         (CPU %, RSS, each GPU figure: mean, max and the rank of the max; the GPUs' energy in all) for a row.
         Not a `row`: the nan check alone, the telemetry windows run on to the next row."""
-        cpu_pct, rss = self.host.sample() if row else (0.0, 0.0)
+        cpu_pct, rss = self.host.sample() if row and self.host is not None else (0.0, 0.0)
         gpu = self.gpu.sample() if self.gpu is not None and row else {}
         host = torch.tensor([self.clock.per_step(), cpu_pct, rss, *gpu.values()], dtype=torch.float64,
                             device=self.ctx.device)
@@ -112,7 +112,8 @@ class Health:
         median = statistics.median(own)
         slowest = max(range(len(own)), key=own.__getitem__)
         return {"slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
-                "stragglers": ",".join(map(str, slow)), **spread("cpu_pct", table[:, 1].tolist()),
-                **spread("rss_mib", table[:, 2].tolist()),
+                "stragglers": ",".join(map(str, slow)),
+                **({**spread("cpu_pct", table[:, 1].tolist()), **spread("rss_mib", table[:, 2].tolist())}
+                   if self.host is not None else {}),
                 **{k: v for i, name in enumerate(gpu, start=3) for k, v in spread(name, table[:, i].tolist()).items()},
                 **({"gpu_energy_j_total": table[:, 3 + list(gpu).index("gpu_energy_j")].sum().item()} if gpu else {})}

@@ -216,7 +216,7 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     micro_per_epoch = per_epoch * cfg.grad_accum
     meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample, count_flops,
                   peak_flops(cfg, ctx.device))
-    health = Health(ctx)
+    health = Health(ctx, cfg.telemetry)
     profiler = profiler or StepProfiler(None, None, False)
     metrics: dict[str, float] = {}
     train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints

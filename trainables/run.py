@@ -147,7 +147,7 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
                                 state.objective)
 
     return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main),
-                      count_flops if ctx.is_main else None)  # the rows are rank 0's
+                      count_flops if ctx.is_main and cfg.telemetry else None)  # the rows are rank 0's
 
 
 def check_config(cfg: TrainConfig) -> None:
