@@ -8,6 +8,7 @@ fp32), else none (CPU): then no MFU column."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -58,13 +59,15 @@ def samples_on_meta(dataset: Dataset) -> Any:
 
 def flops_per_sample(build: Callable[[], nn.Module], dataset: Dataset, objective: Objective) -> float | None:
     """Forward + backward FLOPs of one training sample, or None if the model cannot run on the meta device."""
+    # Eager throughout: the training's compiled loss must not see (and recompile for) these meta tensors.
+    eager = dataclasses.replace(objective, compile=False)
     try:
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        with torch.random.fork_rng(devices=[]), torch.compiler.set_stance("force_eager"), torch.device("meta"):
             model = build()
             counter = FlopCounterMode(display=False)
             with counter:
                 fp32 = mixed_precision("fp32", torch.device("cpu"))  # FLOPs are FLOPs in any precision
-                objective.forward(model, samples_on_meta(dataset), fp32).loss.backward()
+                eager.forward(model, samples_on_meta(dataset), fp32).loss.backward()
         return counter.get_total_flops() / SAMPLES or None
     except Exception as exc:  # a model or data that the meta device cannot run: no MFU, training goes on
         log.info("FLOPs not counted (%s: %s): no MFU column", type(exc).__name__, str(exc)[:200])
