@@ -23,6 +23,13 @@ def check_address(text: str) -> str:
     return text
 
 
+def free_port() -> int:
+    """A TCP port free on every interface of this machine now (a rendezvous port other nodes connect to)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def wait_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Return once something accepts a TCP connection at `address`, trying until `timeout` seconds have
     passed (a head still starting answers within them); else ConfigError naming the address and what failed."""

@@ -9,7 +9,6 @@ size. Any difference is a row marked FAIL and a non-zero exit.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.plan import JobRequest, collective_env, group_resource
 from cluster.spec import ClusterSpec, NodeGroup
+from groundwork.address import free_port
 
 SIZES = (2**10, 2**16, 2**20, 2**24)  # bytes: 1 KiB .. 16 MiB
 
@@ -111,12 +111,6 @@ class Ranker:
             assert t[0].item() == world ** (repeats + 1), "all-reduce gave a wrong sum"
         dist.destroy_process_group()
         return seconds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def allreduce_bandwidth(spec: ClusterSpec, nodes: list[dict], repeats: int = 5) -> list[tuple[int, float, float]]:

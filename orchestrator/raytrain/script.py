@@ -19,7 +19,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ import ray
 import ray.train
 import torch.distributed as dist
 
+from groundwork.address import free_port
 from groundwork.errors import NonFiniteLoss, ScriptExited
 from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.reports import REPORT_FD, ReportRows
@@ -45,12 +45,6 @@ CPU_POLL_S = 1.0
 def die_with_parent() -> None:
     """In the child, before exec: the kernel sends it SIGKILL when its parent (the Ray worker) dies."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def rendezvous(ctx: DistContext, sink: Any) -> tuple[str, int, int]:
