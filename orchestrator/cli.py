@@ -122,13 +122,15 @@ def _config_from(args: argparse.Namespace) -> LaunchConfig:
 def cmd_launch(args: argparse.Namespace) -> int:
     cfg = _config_from(args)  # first: a bad setting is refused before torch and Ray are imported
     from orchestrator.launcher.launch import launch  # deferred: per command (imports torch and Ray)
+    from orchestrator.launcher.summary import summary_lines  # deferred: with launch
 
     result = launch(cfg, resume=args.resume is not None)
     shown = [k for k in ("val_acc", "val_loss", "loss") if k in result.metrics] or [
         k for k in result.metrics if k not in ("report", "step", "epoch")][:4]  # a function's own metrics
     metrics = ": " + ", ".join(f"{k}={result.metrics[k]:.4g}" for k in shown) if shown else ""
-    Console(stderr=True, width=200).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}\n"
-                                          f"  results: {result.path}", soft_wrap=True)
+    details = "".join(f"\n  {line}" for line in summary_lines(result.summary))
+    Console(stderr=True, width=200).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}"
+                                          f"{details}\n  results: {result.path}", soft_wrap=True, highlight=False)
     return 0
 
 

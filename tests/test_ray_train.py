@@ -44,6 +44,13 @@ def test_two_workers_reach_90_percent_and_write_results(three_epochs):
     assert (host["rss_mib_mean"] > 50).all() and (host["rss_mib_max"] >= host["rss_mib_mean"]).all()
     assert host["cpu_pct_max"].between(0, 100 * os.cpu_count()).all() and (host["cpu_pct_mean"] > 0).any()
     assert set(host["rss_mib_max_rank"]) <= {0, 1}
+    assert host["allreduce_share_max"].between(0, 1).all() and (host["allreduce_ms_per_step_mean"] > 0).all()
+    # the run's summary: the same rows' figures, the first window (warm-up) left out of the means
+    summary = json.loads((run.path / "summary.json").read_text())
+    train = frame[frame["val_loss"].isna()]
+    assert summary["samples_per_s"] == pytest.approx(train["samples_per_s"].iloc[1:].mean())
+    assert summary["peak_rss_mib"] == host["rss_mib_max"].max() and 0 < summary["allreduce_share"] < 1
+    assert run.summary == summary and (run.path / "host.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the same rows as TensorBoard scalars, read back with TensorBoard's own reader
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # deferred: test-only
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,17 @@ import torch.multiprocessing as mp
 from conftest import REPO
 from helpers import final_weights, straggler_rank
 
+from groundwork.address import free_port
 from groundwork.errors import NonFiniteLoss
 from orchestrator.raytrain.sink import MetricsSink
 from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
 from trainables.checkpoint import load_latest, save_state, verify
 from trainables.config import TrainConfig
+from trainables.data import build_datasets
 from trainables.health import stragglers
 from trainables.local import train_locally
+from trainables.models import build_model
+from trainables.run import dataset_of
 
 FAST = {"model": "digits-cnn", "batch_size": 32, "log_every": 2}
 
@@ -137,15 +140,9 @@ def test_a_corrupt_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):
     assert "checkpoint_2: state.pt does not match its sha256" in caplog.text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_a_rank_with_slow_data_is_reported_as_a_straggler(tmp_path):
+def test_a_rank_with_slow_data_is_reported_as_a_straggler_and_the_other_waits_in_allreduce(tmp_path):
     out = tmp_path / "rows.json"
-    mp.start_processes(straggler_rank, args=(2, _free_port(), str(out)), nprocs=2, start_method="spawn")
+    mp.start_processes(straggler_rank, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn")
     rows = json.loads(out.read_text())
     train = [r for r in rows if "stragglers" in r and r.get("val_loss") is None]
     assert [r["step"] for r in train] == [4, 8, 12]
@@ -153,3 +150,13 @@ def test_a_rank_with_slow_data_is_reported_as_a_straggler(tmp_path):
     # With 2 ranks the median is their mean, so the ratio is < 2: rank 1's share is ~10x rank 0's here.
     # The first window also holds rank 0's one-off start-up work, so it is left out.
     assert all(r["stragglers"] == "1" and 1.5 < r["slowest_rank_ratio"] < 2 for r in train[1:])
+    # DDP's comm hook: every gradient goes through the all-reduce once per step (float32), and the fast rank
+    # spends its wait for the slow one's gradients inside it (timed by the hook, trainables/parallel/comm.py).
+    cfg = TrainConfig(model="digits-cnn")
+    meta = build_datasets(cfg, dataset_of(cfg))[2]
+    grad_mib = 4 * sum(p.numel() for p in build_model(cfg.model, meta, cfg).parameters()) / 2**20
+    for r in train[1:]:
+        assert r["allreduce_mib_per_step_mean"] == pytest.approx(grad_mib)
+        assert r["allreduce_share_max_rank"] == 0 and 0.3 < r["allreduce_share_max"] <= 1
+        slow_rank_ms = 2 * r["allreduce_ms_per_step_mean"] - r["allreduce_ms_per_step_max"]  # two ranks
+        assert r["allreduce_ms_per_step_max"] > 3 * slow_rank_ms

@@ -15,6 +15,7 @@ from trainables.flops import flops_per_sample
 from trainables.local import train_locally
 from trainables.models import build_model
 from trainables.objective import objective_of
+from trainables.parallel.comm import busy_seconds
 from trainables.run import dataset_of
 from trainables.telemetry import HostTelemetry
 
@@ -52,3 +53,9 @@ def test_host_telemetry_is_plausible():
     sum(i * i for i in range(2_000_000))  # some CPU time
     cpu_pct, rss = host.sample()
     assert 0 < cpu_pct <= 100 * os.cpu_count() and rss > 50
+
+
+def test_allreduce_busy_time_is_the_union_of_the_bucket_intervals():
+    # buckets overlap one another: the busy time counts each moment once
+    assert busy_seconds([(1.0, 3.0), (0.0, 2.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0
+    assert busy_seconds([]) == 0.0

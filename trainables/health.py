@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from groundwork.errors import NonFiniteLoss
 from trainables.context import DistContext
+from trainables.parallel.comm import AllReduceTimer
 from trainables.telemetry import HostTelemetry, gpu_telemetry
 
 STRAGGLER_FACTOR = 1.5
@@ -75,13 +76,15 @@ def spread(name: str, values: list[float]) -> dict[str, float]:
 
 
 class Health:
-    """Per-rank health between log points: the first non-finite step (kept on the device) and own time."""
+    """Per-rank health between log points: the first non-finite step (kept on the device), own time, and the
+    telemetry figures (host, GPU, all-reduce) gathered into the row."""
 
-    def __init__(self, ctx: DistContext, telemetry: bool = True) -> None:
+    def __init__(self, ctx: DistContext, telemetry: bool = True, comm: AllReduceTimer | None = None) -> None:
         self.ctx = ctx
         self.clock = RankClock(ctx.device)
         self.host = HostTelemetry() if telemetry else None
         self.gpu = gpu_telemetry(ctx.device) if telemetry else None
+        self.comm = comm if telemetry else None
         self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
 
     def watch_loss(self, loss: torch.Tensor, step: int) -> None:
@@ -89,31 +92,43 @@ class Health:
         bad = ~torch.isfinite(loss.to(self.first_bad.device)) & (self.first_bad < 0)
         self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
 
+    def telemetry(self, steps: int) -> dict[str, float]:
+        """This rank's figures for the window the row closes (the same names on every rank)."""
+        figures: dict[str, float] = {}
+        if self.host is not None:
+            figures["cpu_pct"], figures["rss_mib"] = self.host.sample()
+        if self.gpu is not None:
+            figures.update(self.gpu.sample())
+        if self.comm is not None:
+            figures.update(self.comm.window(steps))
+        return figures
+
     def exchange(self, row: bool = True) -> dict[str, float | str]:
         """Called by every rank at the same step: raise on a non-finite loss; straggler and telemetry figures
-        (CPU %, RSS, each GPU figure: mean, max and the rank of the max; the GPUs' energy in all) for a row.
+        (each one's mean, max and the rank of the max; the GPUs' energy in all) for a row.
         Not a `row`: the nan check alone, the telemetry windows run on to the next row."""
-        cpu_pct, rss = self.host.sample() if row and self.host is not None else (0.0, 0.0)
-        gpu = self.gpu.sample() if self.gpu is not None and row else {}
-        host = torch.tensor([self.clock.per_step(), cpu_pct, rss, *gpu.values()], dtype=torch.float64,
+        steps = self.clock.steps
+        figures = self.telemetry(steps) if row else {}
+        mine = torch.tensor([self.clock.per_step(), *figures.values(), 0.0], dtype=torch.float64,
                             device=self.ctx.device)
-        mine = torch.cat([host, self.first_bad.reshape(1)])
+        mine[-1:] = self.first_bad.reshape(1)
         if self.ctx.distributed:
             gathered = [torch.empty_like(mine) for _ in range(self.ctx.world_size)]
             dist.all_gather(gathered, mine)
-            table = torch.stack(gathered).cpu()  # (world, 4 + GPU figures): s/step, CPU %, RSS, GPU..., first bad
+            table = torch.stack(gathered).cpu()  # (world, 1 + figures + 1): s/step, figures..., first bad
         else:
             table = mine.cpu().unsqueeze(0)
         bad = [int(s) for s in table[:, -1].tolist() if s >= 0]
         if bad:
             raise NonFiniteLoss(min(bad))
         own = table[:, 0].tolist()
-        slow = stragglers(own)
         median = statistics.median(own)
         slowest = max(range(len(own)), key=own.__getitem__)
-        return {"slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
-                "stragglers": ",".join(map(str, slow)),
-                **({**spread("cpu_pct", table[:, 1].tolist()), **spread("rss_mib", table[:, 2].tolist())}
-                   if self.host is not None else {}),
-                **{k: v for i, name in enumerate(gpu, start=3) for k, v in spread(name, table[:, i].tolist()).items()},
-                **({"gpu_energy_j_total": table[:, 3 + list(gpu).index("gpu_energy_j")].sum().item()} if gpu else {})}
+        out: dict[str, float | str] = {
+            "slowest_rank": slowest, "slowest_rank_ratio": own[slowest] / median if median > 0 else 1.0,
+            "stragglers": ",".join(map(str, stragglers(own)))}
+        for column, name in enumerate(figures, start=1):
+            out.update(spread(name, table[:, column].tolist()))
+        if "gpu_energy_j" in figures:
+            out["gpu_energy_j_total"] = table[:, 1 + list(figures).index("gpu_energy_j")].sum().item()
+        return out

@@ -29,6 +29,7 @@ from trainables.flops import mfu, peak_flops
 from trainables.health import Health
 from trainables.objective import Objective, batch_to_device
 from trainables.parallel import unwrap
+from trainables.parallel.comm import AllReduceTimer
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
 
@@ -53,6 +54,7 @@ class TrainState:
     objective: Objective  # how a batch becomes a loss
     # The strategy's way to accumulate gradients without syncing them (DDP's no_sync; nothing to skip else).
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    comm: AllReduceTimer | None = None  # the strategy's all-reduce timing, for telemetry
     position: Position = field(default_factory=Position)
     skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
@@ -216,7 +218,7 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     micro_per_epoch = per_epoch * cfg.grad_accum
     meter = Meter(ctx, cfg.batch_size * cfg.grad_accum * ctx.world_size, loaders.tokens_per_sample, count_flops,
                   peak_flops(cfg, ctx.device))
-    health = Health(ctx, cfg.telemetry)
+    health = Health(ctx, cfg.telemetry, state.comm)
     profiler = profiler or StepProfiler(None, None, False)
     metrics: dict[str, float] = {}
     train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints

@@ -99,7 +99,7 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Data
     optimizer = build_optimizer(cfg, wrapped.model, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps(cfg, loaders)))
     return TrainState(wrapped.model, optimizer, scheduler, mixed_precision(cfg.precision, ctx.device),
-                      objective_of(cfg), no_sync=wrapped.no_sync)
+                      objective_of(cfg), no_sync=wrapped.no_sync, comm=wrapped.comm)
 
 
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:

@@ -19,7 +19,8 @@ from groundwork.errors import ConfigError, Interrupted, RunFailed
 from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
 from orchestrator.launcher.on_pool import run_on_pool
 from orchestrator.launcher.own_group import fit_own_group
-from orchestrator.launcher.results import dedupe_rows, plot_loss, read_rows, write_rows
+from orchestrator.launcher.results import dedupe_rows, plot_loss, plot_telemetry, read_rows, write_rows
+from orchestrator.launcher.summary import write_summary
 from orchestrator.preflight import checked_plan
 from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.session import ray_session
@@ -36,6 +37,7 @@ class RunResult:
     name: str
     path: Path
     metrics: dict[str, float]  # the last validation row (a train function's: its last report)
+    summary: dict[str, float]  # throughput, MFU, peak memory, utilisation, energy (summary.json)
     checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
     rows: list[dict[str, float]]
     seconds: float
@@ -110,9 +112,12 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
         write_rows(rows, run_dir)
-        plot_loss(rows, run_dir, f"{cfg.name}: {cfg.program}, {cfg.workers} worker(s)")
+        title = f"{cfg.name}: {cfg.program}, {cfg.workers} worker(s)"
+        plot_loss(rows, run_dir, title)
+        plot_telemetry(rows, run_dir, title)
     mark(run_dir, "finished")
-    return RunResult(cfg.name or "", run_dir, last_validation(rows), checkpoint, rows, time.perf_counter() - started)
+    return RunResult(cfg.name or "", run_dir, last_validation(rows), write_summary(rows, run_dir), checkpoint, rows,
+                     time.perf_counter() - started)
 
 
 def set_aside_torn_snapshot(run_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""A run's readable results: metrics.parquet (one row per report) and loss.png."""
+"""A run's readable results: metrics.parquet (one row per report), loss.png, and gpu.png (host.png on CPU):
+the telemetry columns over the steps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ import pyarrow.parquet as pq
 
 METRICS_FILE = "metrics.parquet"
 LOSS_PLOT = "loss.png"
+# (column, what the panel shows): the telemetry plotted per step, where the rows have it
+GPU_PANELS = (("gpu_util_pct_mean", "GPU utilisation %, mean of ranks"),
+              ("gpu_mem_mib_max", "GPU memory used (MiB), fullest GPU"),
+              ("gpu_power_w_mean", "GPU power (W), mean of ranks"),
+              ("allreduce_share_mean", "share of wall time in all-reduce, mean of ranks"))
+HOST_PANELS = (("cpu_pct_mean", "CPU % per rank (100 = one core), mean"),
+               ("rss_mib_max", "resident memory (MiB), largest rank"),
+               ("allreduce_share_mean", "share of wall time in all-reduce, mean of ranks"))
 
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
@@ -35,12 +44,17 @@ def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
     return path
 
 
-def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
+def pyplot():  # noqa: ANN201 (matplotlib.pyplot, imported late)
     import matplotlib  # deferred: ~1 s to import, paid only once a run or sweep has results to plot
 
     matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
     import matplotlib.pyplot as plt  # deferred: as matplotlib
 
+    return plt
+
+
+def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
+    plt = pyplot()
     # The loop's validation rows repeat the last train loss; a train function's reports are all its own.
     train = [(r["step"], r["loss"]) for r in rows
              if r.get("loss") is not None and (r.get("val_loss") is None or "report" in r)]
@@ -56,6 +70,30 @@ def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     path = run_dir / LOSS_PLOT
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_telemetry(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path | None:
+    """gpu.png (host.png for a CPU run): one panel per telemetry column the train rows hold; None if none."""
+    train = [r for r in rows if r.get("val_loss") is None]
+    gpu = any("gpu_util_pct_mean" in r for r in train)
+    panels = [(key, label) for key, label in (GPU_PANELS if gpu else HOST_PANELS)
+              if any(r.get(key) is not None for r in train)]
+    if not panels:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), dpi=100, sharex=True, squeeze=False)
+    for ax, (key, label) in zip(axes[:, 0], panels, strict=True):
+        ax.plot(*zip(*[(r["step"], r[key]) for r in train if r.get(key) is not None], strict=True), ".-")
+        ax.set_title(label, fontsize=9)
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("optimizer step")
+    fig.suptitle(title)
+    path = run_dir / ("gpu.png" if gpu else "host.png")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

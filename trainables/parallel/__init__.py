@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrainConfig
 from trainables.context import DistContext
+from trainables.parallel.comm import AllReduceTimer, time_allreduce
 from trainables.parallel.ddp import wrap_ddp
 from trainables.parallel.dp import wrap_dp
 from trainables.parallel.pipeline import pipeline_ddp
@@ -25,6 +26,7 @@ class Parallel:
 
     model: nn.Module  # what the loop calls
     no_sync: Callable[[], contextlib.AbstractContextManager]  # a micro-batch under it does not all-reduce
+    comm: AllReduceTimer | None = None  # times DDP's gradient all-reduce, for the rows' telemetry
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -40,19 +42,19 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def _with_no_sync(model: nn.Module) -> Parallel:
+def _with_no_sync(model: nn.Module, cfg: TrainConfig) -> Parallel:
     # DDP all-reduces in backward unless told not to; one process, or DataParallel, has nothing to skip.
     if isinstance(model, DistributedDataParallel):
-        return Parallel(model, model.no_sync)
+        return Parallel(model, model.no_sync, time_allreduce(model) if cfg.telemetry else None)
     return Parallel(model, contextlib.nullcontext)
 
 
 def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Parallel:
     """Wrap a built model in the configured strategy; the loop only ever sees the result."""
     if cfg.strategy == "model-parallel":
-        return _with_no_sync(pipeline_ddp(model, cfg, ctx))
+        return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
     if cfg.compile:
         model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
     if cfg.strategy == "dp":
-        return _with_no_sync(wrap_dp(model, ctx))
-    return _with_no_sync(wrap_ddp(model, ctx))
+        return _with_no_sync(wrap_dp(model, ctx), cfg)
+    return _with_no_sync(wrap_ddp(model, ctx), cfg)
