@@ -71,6 +71,10 @@ def test_ctrl_c_ends_every_rank_on_both_nodes(two_nodes, tmp_path):
     while time.monotonic() < deadline and not (tmp_path / "snapshot.pt").exists():  # both ranks are training
         time.sleep(0.2)
     assert sorted(script_pids(script)) == [0, 1]
+    # while they train, `top` names the run and rank on each node (one row per node: their ids differ)
+    shown = run_cli("top", "--address", two_nodes, "--once").stdout.splitlines()
+    held = [[line.split()[1] for line in shown if f"ctrl-c/{rank}" in line] for rank in (0, 1)]
+    assert len(held[0]) == len(held[1]) == 1 and held[0] != held[1], shown
     cli.send_signal(signal.SIGINT)
     assert cli.wait(timeout=120) == 130 and "orchestrator: interrupted" in cli.stderr.read()
     deadline = time.monotonic() + 60

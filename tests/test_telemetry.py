@@ -5,10 +5,12 @@ tests/test_ray_train.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 import torch
 
+from orchestrator.raytrain.holders import holder_of, holders, holding
 from trainables.config import TrainConfig
 from trainables.data import build_datasets
 from trainables.flops import flops_per_sample
@@ -59,3 +61,13 @@ def test_allreduce_busy_time_is_the_union_of_the_bucket_intervals():
     # buckets overlap one another: the busy time counts each moment once
     assert busy_seconds([(1.0, 3.0), (0.0, 2.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0
     assert busy_seconds([]) == 0.0
+
+
+def test_a_gpu_process_is_named_by_the_worker_above_it():
+    node = f"test-{os.getpid()}"  # a node id of this test's own
+    with holding("myrun", 3, node), subprocess.Popen(["sleep", "30"]) as child:  # a script's child
+        known = holders(node)
+        assert known == {os.getpid(): "myrun/3"}
+        assert holder_of(child.pid, known) == "myrun/3" and holder_of(1, known) is None
+        child.kill()
+    assert holders(node) == {}  # gone with the block

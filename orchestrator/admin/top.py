@@ -1,7 +1,8 @@
 """`orchestrator top`: nvidia-smi for the whole cluster. One Ray task pinned to each live node reads that
 node's CPU use and memory (/proc) and each of its GPUs through NVML (nvidia-ml-py, NVIDIA's own binding:
-utilisation, memory, power, temperature, SM clock); the driver prints them as one table, refreshed until
-Ctrl-C (`--once`: a single table). On a node without NVIDIA's library the GPU columns say so."""
+utilisation, memory, power, temperature, SM clock) and which run/rank holds each GPU and runs on the node
+(orchestrator.raytrain.holders); the driver prints them as one table, refreshed until Ctrl-C (`--once`: a
+single table). On a node without NVIDIA's library the GPU columns say so."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+from orchestrator.raytrain.holders import holder_of, holders
 
 CPU_WINDOW_S = 0.5
 
@@ -36,8 +39,8 @@ def memory_mib() -> tuple[float, float]:
     return info["MemTotal"] - info["MemAvailable"], info["MemTotal"]
 
 
-def gpu_readings() -> list[dict[str, Any]] | str:
-    """Each GPU's NVML figures, or why there are none."""
+def gpu_readings(known: dict[int, str]) -> list[dict[str, Any]] | str:
+    """Each GPU's NVML figures and the run/rank of the processes on it, or why there are none."""
     try:
         import pynvml  # deferred: only on the node the task runs on, and absent on some
 
@@ -54,7 +57,9 @@ def gpu_readings() -> list[dict[str, Any]] | str:
                         "mem_used_mib": mem.used / 2**20, "mem_total_mib": mem.total / 2**20,
                         "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
                         "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-                        "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)})
+                        "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                        "held_by": sorted({holder_of(p.pid, known) or f"pid {p.pid}"
+                                           for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)})})
         return out
     finally:
         pynvml.nvmlShutdown()
@@ -66,8 +71,10 @@ def read_node() -> dict[str, Any]:
     time.sleep(CPU_WINDOW_S)
     after = cpu_times()
     used, total = memory_mib()
+    known = holders(ray.get_runtime_context().get_node_id())
     return {"host": socket.gethostname(), "cpu_pct": 100 * (after[0] - before[0]) / max(after[1] - before[1], 1),
-            "mem_used_mib": used, "mem_total_mib": total, "gpus": gpu_readings()}
+            "mem_used_mib": used, "mem_total_mib": total, "gpus": gpu_readings(known),
+            "ranks": sorted(set(known.values()))}
 
 
 def read_cluster() -> list[dict[str, Any]]:
@@ -81,17 +88,17 @@ def read_cluster() -> list[dict[str, Any]]:
 
 def table(readings: list[dict[str, Any]]) -> Table:
     out = Table("node", "ip", "CPUs", "CPU %", "memory", "GPU", "util %", "GPU memory", "power", "temp", "SM MHz",
-                title=f"orchestrator top: {len(readings)} node(s)")
+                "run/rank", title=f"orchestrator top: {len(readings)} node(s)")
     for r in readings:
         node = [r["node"][:12], r["ip"], f"{r['cpus']:g}", f"{r['cpu_pct']:.0f}",
                 f"{r['mem_used_mib'] / 1024:.1f}/{r['mem_total_mib'] / 1024:.1f} GiB"]
         if isinstance(r["gpus"], str) or not r["gpus"]:
-            out.add_row(*node, r["gpus"] or "none", "", "", "", "", "")
+            out.add_row(*node, r["gpus"] or "none", "", "", "", "", "", " ".join(r["ranks"]) or "-")
             continue
         for g in r["gpus"]:
             out.add_row(*node, f"{g['gpu']}: {g['name']}", f"{g['util_pct']}",
                         f"{g['mem_used_mib'] / 1024:.1f}/{g['mem_total_mib'] / 1024:.1f} GiB",
-                        f"{g['power_w']:.0f} W", f"{g['temp_c']} C", f"{g['sm_mhz']}")
+                        f"{g['power_w']:.0f} W", f"{g['temp_c']} C", f"{g['sm_mhz']}", " ".join(g["held_by"]) or "-")
             node = [""] * len(node)
     return out
 

@@ -15,6 +15,7 @@ import ray.train
 import ray.train.torch
 
 from orchestrator.raytrain.function import run_function
+from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.logs import rank_output, setup_rank_logging
 from orchestrator.raytrain.script import run_script
@@ -82,7 +83,8 @@ def train_worker(args: WorkerArgs) -> None:
         args.on_start()
     # A script's output is copied into the log by run_script itself.
     output = contextlib.nullcontext() if job.kind == "script" else rank_output(ctx.rank, job.log_dir)
-    with heartbeat(args.sink, ctx) as beat, output:
+    held = holding(job.name, ctx.rank, ray.get_runtime_context().get_node_id())  # named in `orchestrator top`
+    with heartbeat(args.sink, ctx) as beat, output, held:
         try:
             if job.kind == "function":
                 run_function(job, ctx, args.sink, beat)

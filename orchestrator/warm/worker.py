@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from groundwork.errors import JobError
+from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.logs import setup_rank_logging
 from orchestrator.raytrain.worker import ray_context
@@ -98,7 +99,8 @@ def run_job(job: Job, ctx: DistContext, reporter: Reporter) -> Ended:
     try:
         # Read here, inside the try: no usable checkpoint is the job's error, not the group's.
         resume = resume_state([Path(p) for p in job.resume])
-        run_training(job.train, ctx, reporter, resume, job.run_dir, job.user)
+        with holding(job.name, ctx.rank, ray.get_runtime_context().get_node_id()):
+            run_training(job.train, ctx, reporter, resume, job.run_dir, job.user)
     except _Stopped:
         return Ended("stopped")
     except JobError as exc:
