@@ -47,6 +47,7 @@ class Plan:
     storage_path: str
     groups: tuple[str, ...]  # node groups the workers may land on
     custom_resources: dict[str, float] = field(default_factory=dict)
+    gpu_type: str | None = None  # the spec's gpus.type where every group the workers may use names the same
 
     @property
     def use_gpu(self) -> bool:
@@ -174,4 +175,10 @@ def plan(spec: ClusterSpec, job: JobRequest) -> Plan:
         groups=tuple(g.name for g in groups),
         # A tiny amount of the group's resource pins workers to it without limiting how many fit.
         custom_resources={group_resource(job.node_group): 0.001} if job.node_group else {},
+        gpu_type=_one_gpu_type(groups) if job.gpus_per_worker else None,
     )
+
+
+def _one_gpu_type(groups: list[NodeGroup]) -> str | None:
+    types = {g.gpus.type for g in groups}
+    return types.pop() if len(types) == 1 else None

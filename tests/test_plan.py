@@ -38,6 +38,18 @@ def test_gpu_job_gets_nccl_env_from_the_spec():
     assert "NCCL_IB_DISABLE" not in p.env
 
 
+def test_the_specs_gpu_type_gives_mfu_its_peak_unless_the_user_gave_one():
+    from orchestrator.launcher.launch import with_peak  # deferred: imports Ray
+    from trainables.config import TrainConfig
+
+    gpu_type = plan(spec(), JobRequest(workers=16, gpus_per_worker=1)).gpu_type
+    assert gpu_type == "H200" and plan(spec(), JobRequest(workers=2)).gpu_type is None  # a CPU job: no type
+    assert with_peak(TrainConfig(precision="bf16"), gpu_type).peak_tflops == 989.0  # dense bf16, datasheet
+    assert with_peak(TrainConfig(precision="fp32"), "a100-80gb").peak_tflops == 156.0  # TF32
+    assert with_peak(TrainConfig(peak_tflops=700), gpu_type).peak_tflops == 700  # --peak-tflops wins
+    assert with_peak(TrainConfig(), "MI300X").peak_tflops is None  # not in the table: the GPU's name decides
+
+
 def test_too_many_gpu_workers_names_the_factors():
     with pytest.raises(ConfigError, match=r"workers\(17\) x \[cpus\(8\), gpus\(1\)\] does not fit.*gpu: 2 node"):
         plan(spec(), JobRequest(workers=17, gpus_per_worker=1))

@@ -3,8 +3,9 @@
 FLOPs are counted, not estimated from a formula, so they hold for every built-in model and for a user's own:
 PyTorch's FlopCounterMode runs one forward and backward of a two-sample batch through a copy of the model
 built on the meta device (no memory, no arithmetic, the global RNG untouched: a resumed run stays bit-exact).
-Peak: `--peak-tflops`, else NVIDIA's dense tensor-core figure for the GPU's name (bf16/fp16, or TF32 for
-fp32), else none (CPU): then no MFU column."""
+Peak: `--peak-tflops`, else NVIDIA's dense tensor-core figure for the cluster spec's `gpus.type` (put in
+`peak_tflops` by the launch) or the GPU's own name (bf16/fp16, or TF32 for fp32), else none (CPU): then no
+MFU column."""
 
 from __future__ import annotations
 
@@ -38,11 +39,19 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    found = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in name), None)
+    found = peak_tflops_of(name, cfg.precision)
     if found is None:
         log.info("no peak FLOP/s known for %s: pass --peak-tflops for MFU", name)
         return None
-    return (found[0] if cfg.precision in ("bf16", "fp16") else found[1]) * 1e12
+    return found * 1e12
+
+
+def peak_tflops_of(gpu: str, precision: str) -> float | None:
+    """The table's TFLOP/s for a GPU name or type (`NVIDIA H200`, `H100-SXM`, `a100-80gb`) at a precision."""
+    found = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in gpu.upper()), None)
+    if found is None:
+        return None
+    return found[0] if precision in ("bf16", "fp16") else found[1]
 
 
 SAMPLES = 2  # batch norm in training mode needs more than one value per channel

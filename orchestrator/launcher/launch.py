@@ -26,6 +26,8 @@ from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.session import ray_session
 from orchestrator.warm.pool import find_pool
 from trainables.checkpoint import checkpoints_in
+from trainables.config import TrainConfig
+from trainables.flops import peak_tflops_of
 
 log = logging.getLogger(__name__)
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
@@ -61,12 +63,19 @@ def default_name(cfg: LaunchConfig) -> str:
     return f"{cfg.program}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool) -> Job:
-    """The launch as one job; a resumed one starts from the run's checkpoints, newest first."""
-    return Job(name=run_dir.name, train=cfg.train, kind=cfg.kind, entry=cfg.entry, run_dir=str(run_dir),
-               log_dir=str(run_dir / "logs"), user=cfg.user,
+def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool, gpu_type: str | None = None) -> Job:
+    """The launch as one job; a resumed one starts from the run's checkpoints, newest first. The spec's GPU
+    type gives MFU its peak where the user gave none."""
+    return Job(name=run_dir.name, train=with_peak(cfg.train, gpu_type), kind=cfg.kind, entry=cfg.entry,
+               run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
                resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else (),
                command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures)
+
+
+def with_peak(train: TrainConfig, gpu_type: str | None) -> TrainConfig:
+    """`train` with the spec's GPU type's peak TFLOP/s, unless it has one (or the type is not in the table)."""
+    peak = peak_tflops_of(gpu_type, train.precision) if gpu_type and not train.peak_tflops else None
+    return train.model_copy(update={"peak_tflops": peak}) if peak else train
 
 
 def script_command(cfg: LaunchConfig) -> tuple[str, ...]:
@@ -95,7 +104,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
     if resume:
         set_aside_torn_snapshot(run_dir)
-    job = launch_job(cfg, run_dir, resume)
+    job = launch_job(cfg, run_dir, resume, the_plan.gpu_type)
     started = time.perf_counter()
     try:
         with ray_session(spec, address, cfg.dashboard, cfg.verbose):
