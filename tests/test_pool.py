@@ -4,6 +4,7 @@ same numbers, resumable from one to the other."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -60,6 +61,12 @@ def test_launches_run_on_the_pool_and_resume_across_it(local_cluster, tmp_path):
     assert (run_a / "launch.yaml").exists() and (run_a / "loss.png").exists()
     a = rows(run_a)
     assert a["epoch"].max() == 2 and a["val_acc"].dropna().iloc[-1] > 0.5  # 0.1 by chance
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # deferred: test-only
+
+    board = EventAccumulator(str(run_a / "tb"))  # a pooled run's rows reach TensorBoard as an own group's do
+    board.Reload()
+    assert [e.step for e in board.Scalars("loss")] == a.dropna(subset=["loss"])["step"].tolist()
+    assert "allreduce_share_mean" in a and json.loads((run_a / "summary.json").read_text())["allreduce_share"] > 0
 
     # A job that fails (a NaN loss) fails its launch in one line; the pool serves the next one.
     bad = launch(tmp_path, "--epochs", "1", "--lr", "1e9", "--name", "nan")

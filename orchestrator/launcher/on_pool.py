@@ -15,6 +15,7 @@ from typing import Any
 from groundwork.errors import RunFailed
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher.progress import progress_bar
+from orchestrator.launcher.trackers import both, trackers
 from orchestrator.raytrain.job import Job
 from orchestrator.warm.pool import submit
 from trainables.checkpoint import checkpoints_in
@@ -37,17 +38,18 @@ def run_on_pool(cfg: LaunchConfig, job: Job, run_dir: Path) -> tuple[list[dict[s
     rows: list[dict[str, float]] = []
     bar, update = progress_bar(cfg.train.epochs) if not cfg.quiet else (contextlib.nullcontext(), None)
 
-    def on_row(row: dict[str, float]) -> None:
-        rows.append(row)
-        if update is not None:
-            update(rows)
-
     def on_report(metrics: dict[str, Any], path: str | None) -> None:
         if path:
             keep_checkpoint(Path(path), run_dir, cfg.keep_checkpoints)
 
     log.info("run %s on the warm pool", run_dir.name)
-    with bar:
+    with trackers(cfg, run_dir) as track, bar:
+        consumers = both(update, track)
+
+        def on_row(row: dict[str, float]) -> None:
+            rows.append(row)
+            consumers(rows)
+
         try:
             submit(job, on_report, on_row)
         except RunFailed as exc:

@@ -16,10 +16,9 @@ from ray.train import TrainingFailedError
 from cluster.plan import Plan
 from groundwork.errors import Interrupted, RunFailed
 from orchestrator.config import LaunchConfig
-from orchestrator.launcher.mlflow_rows import MlflowRows
 from orchestrator.launcher.progress import LiveRows, progress_bar
 from orchestrator.launcher.tail import LogTail
-from orchestrator.launcher.tensorboard import TensorBoardRows
+from orchestrator.launcher.trackers import both, trackers
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.sink import MetricsSink
 from orchestrator.raytrain.trainer import failure_line, make_trainer
@@ -33,15 +32,6 @@ RemoteSink = ray.remote(num_cpus=0)(MetricsSink)
 def sink_name(run: str) -> str:
     """The run's sink is named, so that tools (and tests) can read its heartbeats."""
     return f"orchestrator-sink-{run}"
-
-
-def both(*calls: Callable[[list[dict]], None] | None) -> Callable[[list[dict]], None]:
-    """Rows to each of several consumers (the bar, TensorBoard)."""
-    def call(rows: list[dict]) -> None:
-        for consumer in calls:
-            if consumer is not None:
-                consumer(rows)
-    return call
 
 
 def terminal(cfg: LaunchConfig, job: Job, run_dir: Path) -> tuple[Any, Callable[[list[dict]], None] | None]:
@@ -76,22 +66,16 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                            datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None,
                            nsight=cfg.nsys)
     bar, update = terminal(cfg, job, run_dir)
-    board, tracking = TensorBoardRows(run_dir / "tb"), MlflowRows(cfg.mlflow, cfg)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
-    status = "FAILED"  # MLflow's word for how the run ended
     try:
-        with bar, LiveRows(sink, both(update, board, tracking)) as live, watchdog:
+        with trackers(cfg, run_dir) as track, bar, LiveRows(sink, both(update, track)) as live, watchdog:
             try:
                 result = trainer.fit()
-                status = "FINISHED"
             except TrainingFailedError as exc:
                 raise RunFailed(failure_line(exc, watchdog.hangs, run_dir), live.rows) from exc
             except KeyboardInterrupt:  # Ctrl-C: the trainer has ended every rank (see LeanTrainer)
-                status = "KILLED"
                 raise Interrupted(live.rows, run_dir.name) from None
     finally:
-        board.close()
-        tracking.close(status)
         ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
     if cfg.nsys:
         collect_nsight_reports(run_dir / "profile")
