@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("-o", "--output", help="file to write (default: stdout)")
     up = cluster.add_parser("up", help="start the spec's nodes as real Ray nodes on this machine (127.0.0.1)")
     up.add_argument("spec")
-    up.add_argument("--port", type=int, default=6390)
+    up.add_argument("--port", type=int, help="the head's port (default: the spec's address's, else 6390)")
     cluster.add_parser("down", help="stop the nodes `cluster up` started")
     check = cluster.add_parser("check", help="compare a spec with the live cluster; all-reduce bandwidth")
     check.add_argument("spec")
@@ -212,7 +212,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     if args.cluster_command == "check":
         return _check(spec, args.address or spec.address)
     if args.cluster_command == "up":
-        print(f"{spec.num_nodes} Ray nodes up; join with --address {up(spec, args.port)}")
+        port = args.port or (int(spec.address.rsplit(":", 1)[1]) if spec.address else 6390)
+        print(f"{spec.num_nodes} Ray nodes up; join with --address {up(spec, port)}")
         return 0
     rows = [("name", spec.name), ("address", spec.address or "(embedded local Ray)"),
             ("nodes", str(spec.num_nodes)), ("CPUs", str(spec.total_cpus)), ("GPUs", str(spec.total_gpus))]

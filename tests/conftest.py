@@ -41,8 +41,11 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal; keep rows on one line
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
+            env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a new process; `env` adds variables to this one's (None: removes one)."""
+    merged = {**os.environ, "COLUMNS": "200", **(env or {})}  # rich wraps tables to the terminal: rows whole
+    env = {k: v for k, v in merged.items() if v is not None}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env=env)
 

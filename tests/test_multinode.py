@@ -146,3 +146,27 @@ def test_joining_a_cluster_without_token_auth_warns(open_head):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (f"orchestrator: warning: the Ray cluster at {open_head} has token authentication off: anyone who"
             " can reach it can run code on it") in proc.stderr
+
+
+def test_a_fresh_machine_makes_its_token_for_embedded_ray_and_cluster_up(tmp_path):
+    """No ~/.ray/auth_token yet: the first launch makes one (owner-only) with no warning from Ray, and
+    `cluster up` finds it, so a driver joining that cluster is let in."""
+    fresh = {"HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": None}  # as on a machine that never ran Ray
+    job = ["--workers", "1", "--max-steps", "2", "--batch-size", "16"]
+    first = run_cli("launch", *job, "--name", "embedded", cwd=tmp_path, env=fresh)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Token authentication" not in first.stderr + first.stdout
+    token = tmp_path / "home" / ".ray" / "auth_token"
+    assert len(token.read_text()) == 64 and token.stat().st_mode & 0o777 == 0o600
+    (tmp_path / "home" / ".ray" / "auth_token").unlink()  # and `cluster up` on a machine without one
+    spec = tmp_path / "one.yaml"
+    spec.write_text("name: one\naddress: 127.0.0.1:6392\nstorage: {path: runs, shared: true}\nnode_groups:\n"
+                    "  - {name: head, role: head, cpus: 1, network: {interfaces: [lo]}}\n")
+    up_proc = run_cli("cluster", "up", str(spec), cwd=tmp_path, env=fresh)
+    try:
+        assert up_proc.returncode == 0, up_proc.stderr[-3000:]
+        joined = run_cli("launch", "--cluster", str(spec), *job, "--name", "joined", cwd=tmp_path, env=fresh)
+        assert joined.returncode == 0, joined.stderr[-3000:]
+        assert token.stat().st_mode & 0o777 == 0o600
+    finally:
+        run_cli("cluster", "down", cwd=tmp_path, env=fresh)

@@ -85,6 +85,7 @@ class Health:
         self.host = HostTelemetry() if telemetry else None
         self.gpu = gpu_telemetry(ctx.device) if telemetry else None
         self.comm = comm if telemetry else None
+        self.window_started = time.perf_counter()  # of the telemetry window the next row closes
         self.first_bad = torch.full((), NO_BAD_STEP, device=ctx.device, dtype=torch.float64)
 
     def watch_loss(self, loss: torch.Tensor, step: int) -> None:
@@ -99,8 +100,10 @@ class Health:
             figures["cpu_pct"], figures["rss_mib"] = self.host.sample()
         if self.gpu is not None:
             figures.update(self.gpu.sample())
+        now = time.perf_counter()
         if self.comm is not None:
-            figures.update(self.comm.window(steps))
+            figures.update(self.comm.window(steps, now - self.window_started))
+        self.window_started = now
         return figures
 
     def exchange(self, row: bool = True) -> dict[str, float | str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec, NodeGroup
 from groundwork.errors import ConfigError
+from orchestrator.raytrain.auth import ensure_token
 
 STATE = Path.home() / ".orchestrator" / "local-cluster.json"
 
@@ -55,6 +56,7 @@ def up(spec: ClusterSpec, port: int = 6390) -> str:
         raise ConfigError(f"a local cluster is already up ({json.loads(STATE.read_text())['address']}):"
                           " run `orchestrator cluster down` first")
     head = spec.head
+    ensure_token()  # the head reads it, joining nodes and drivers present it (a fresh machine has none)
     _start(["--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats",
             "--temp-dir", temp_dir(port), *_node_args(head)])
     address = f"127.0.0.1:{port}"

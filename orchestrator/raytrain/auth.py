@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+TOKEN_FILE = Path("~/.ray/auth_token")  # where Ray 2.60 reads (and `ray get-auth-token --generate` writes) it
 
 
 def present_token() -> None:
@@ -14,6 +18,22 @@ def present_token() -> None:
     `import orchestrator` before `import ray` is enough."""
     if os.path.exists(os.path.expanduser("~/.ray/auth_token")) or os.environ.get("RAY_AUTH_TOKEN"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+def ensure_token() -> bool:
+    """Make this machine's token as `ray get-auth-token --generate` does (64 hex digits, ~/.ray/auth_token),
+    unless one exists or the environment names one; for a cluster this process starts (`cluster up`, the
+    embedded Ray), whose head must find it. True if it made one."""
+    if any(os.environ.get(k) for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return False
+    path = TOKEN_FILE.expanduser()
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # only its owner reads a credential
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return True
 
 
 # Connect with no token at all (an empty home, auth mode off): only a cluster without token auth answers.

@@ -1,5 +1,5 @@
-"""Join a Ray cluster, or start an embedded one on this machine: bound to 127.0.0.1, token auth left as Ray
-sets it (on for local clusters in 2.60), dashboard off unless asked for."""
+"""Join a Ray cluster, or start an embedded one on this machine: bound to 127.0.0.1, token auth on (as Ray
+2.60 sets it for local clusters, the token made first where there is none), dashboard off unless asked for."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from orchestrator.raytrain.auth import present_token  # noqa: E402 (sits with it
 present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
 from ray._private import ray_constants  # noqa: E402
+from ray._private.authentication import authentication_token_setup as ray_auth  # noqa: E402  (Ray 2.60)
 
-from orchestrator.raytrain.auth import warn_if_open  # noqa: E402
+from orchestrator.raytrain.auth import ensure_token, warn_if_open  # noqa: E402
 
 
 def bind_to_loopback() -> None:
@@ -34,12 +35,25 @@ def bind_to_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def token_on() -> None:
+    """Token auth for the Ray this process starts, with the token made first where there is none (a fresh
+    machine; Ray would make it readable by all, and say so in a WARNING line). RAY_AUTH_MODE=disabled, set
+    by the user, is left as it is."""
+    mode = os.environ.get(ray_auth.AUTH_MODE_ENV_VAR)
+    if mode and mode.lower() != "token":
+        return
+    ensure_token()
+    if not mode:
+        ray_auth._enable_token_auth()  # RAY_AUTH_MODE=token and Ray's config re-read, as ray.init's default does
+
+
 def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True) -> None:
     head = spec.head
     bind_to_loopback()
     # One node that no cloud can reclaim: Ray Train's preemption watcher (an actor, a process per launch,
     # polling every 5 s) has nothing to watch. Ray passes this variable on to the Train controller.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    token_on()
     started = time.perf_counter()
     ray.init(
         num_cpus=head.cpus,

@@ -45,7 +45,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 def _with_no_sync(model: nn.Module, cfg: TrainConfig) -> Parallel:
     # DDP all-reduces in backward unless told not to; one process, or DataParallel, has nothing to skip.
     if isinstance(model, DistributedDataParallel):
-        return Parallel(model, model.no_sync, time_allreduce(model) if cfg.telemetry else None)
+        return Parallel(model, model.no_sync, time_allreduce(model, cfg.log_every) if cfg.telemetry else None)
     return Parallel(model, contextlib.nullcontext)
 
 
