@@ -30,7 +30,7 @@ node_groups:
 """
 RUN = ["--model", "gpt2-124m", "--dataset", "fake-tokens", "--seq-len", "1024", "--batch-size", "32", "--compile",
        "--precision", "bf16", "--fake-samples", "8192", "--max-steps", "240", "--log-every", "20",
-       "--gpus-per-worker", "1", "--name", "gpt2"]
+       "--workers", "1", "--gpus-per-worker", "1", "--name", "gpt2"]
 
 
 def cli(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess:
@@ -53,7 +53,8 @@ def main() -> None:
                                   cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         log = folder / "runs" / "gpt2" / "logs" / "rank-0.log"
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and "first optimizer step" not in (log.read_text() if log.exists() else ""):
+        while (time.monotonic() < deadline and launch.poll() is None
+               and "first optimizer step" not in (log.read_text() if log.exists() else "")):
             time.sleep(1)
         time.sleep(5)
         top = cli("top", "--address", "127.0.0.1:6391", "--once", cwd=folder)

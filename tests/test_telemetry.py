@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import torch
 
+from orchestrator.launcher.summary import summarize, summary_lines
 from orchestrator.raytrain.holders import holder_of, holders, holding
 from trainables.config import TrainConfig
 from trainables.data import build_datasets
@@ -71,3 +72,20 @@ def test_a_gpu_process_is_named_by_the_worker_above_it():
         assert holder_of(child.pid, known) == "myrun/3" and holder_of(1, known) is None
         child.kill()
     assert holders(node) == {}  # gone with the block
+
+
+def test_the_summary_leaves_warm_up_out_of_rates_and_energy_per_sample_but_not_out_of_the_cost():
+    def window(step: int, joules: float, samples: int, mem: float, rank: int) -> dict:
+        return {"step": step, "loss": 1.0, "samples_per_s": samples / 2.0, "tokens_per_s": samples * 8 / 2.0,
+                "gpu_energy_j_total": joules, "energy_j_per_sample": joules / samples,
+                "energy_j_per_token": joules / samples / 8, "gpu_mem_mib_max": mem, "gpu_mem_mib_max_rank": rank,
+                "gpu_util_pct_mean": 50.0 if step == 10 else 90.0}
+    rows = [window(10, 900.0, 100, 1000.0, 0), window(20, 200.0, 100, 3000.0, 1), window(30, 400.0, 300, 2000.0, 0),
+            {"step": 30, "loss": 1.0, "val_loss": 0.9, "gpu_mem_mib_max": 9999.0}]  # validation rows: not counted
+    s = summarize(rows)
+    assert s["gpu_energy_j"] == 1500.0  # every window's joules: the run's cost, compilation included
+    assert s["energy_j_per_sample"] == 600.0 / 400 and s["energy_j_per_token"] == 600.0 / 400 / 8
+    assert s["samples_per_s"] == 100.0 and s["gpu_util_pct"] == 90.0  # the first window is warm-up
+    assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_mib_rank"]) == (3000.0, 1)
+    assert any(line.startswith("energy: 1.5 kJ in all GPUs, 1.5 J/sample, 187.5 mJ/token")
+               for line in summary_lines(s))

@@ -28,14 +28,16 @@ def _peak(rows: list[dict[str, float]], key: str) -> tuple[float, int] | None:
     return max(found) if found else None
 
 
-def _energy(rows: list[dict[str, float]]) -> dict[str, float]:
-    """All GPUs' joules over the windows that report them, per sample (and token) of those windows."""
-    windows = [r for r in rows if r.get("energy_j_per_sample") and r.get("gpu_energy_j_total")]
+def _energy(rows: list[dict[str, float]], steady: list[dict[str, float]]) -> dict[str, float]:
+    """All GPUs' joules over every window (the run's cost), and per sample (and token) over the steady ones
+    (the first holds compilation, whose joules buy no samples)."""
+    windows = [r for r in steady if r.get("energy_j_per_sample") and r.get("gpu_energy_j_total")]
     if not windows:
         return {}
     joules = sum(r["gpu_energy_j_total"] for r in windows)
     samples = sum(r["gpu_energy_j_total"] / r["energy_j_per_sample"] for r in windows)
-    out = {"gpu_energy_j": joules, "energy_j_per_sample": joules / samples}
+    out = {"gpu_energy_j": sum(r.get("gpu_energy_j_total") or 0.0 for r in rows),
+           "energy_j_per_sample": joules / samples}
     tokens = [r["energy_j_per_sample"] / r["energy_j_per_token"] for r in windows if r.get("energy_j_per_token")]
     if tokens:
         out["energy_j_per_token"] = out["energy_j_per_sample"] / statistics.fmean(tokens)
@@ -56,7 +58,7 @@ def summarize(rows: list[dict[str, float]]) -> dict[str, float]:
     for key in ("gpu_mem_mib", "gpu_max_alloc_mib", "rss_mib"):
         if peak := _peak(train, key):
             out[f"peak_{key}"], out[f"peak_{key}_rank"] = peak
-    return {**out, **_energy(train)}
+    return {**out, **_energy(train, steady)}
 
 
 def write_summary(rows: list[dict[str, float]], run_dir: Path) -> dict[str, float]:
