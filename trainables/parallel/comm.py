@@ -9,8 +9,8 @@ backward pass, so the busy time is the union of the intervals, not their sum; it
 time is what the rows report. The time includes waiting for the slowest rank's gradients, as a profiler
 trace of the same step would show.
 
-Only one step in `every` (the log interval) is timed: timing every bucket of every step cost GPT-2 124M 2.6%
-of its steps/s on an H200, PyTorch's own hook alone 0.3% (bench/results/comm_gpu_h200.json)."""
+Only one step in `every` (the log interval) is timed: timing every bucket of every step cost GPT-2 124M 2.8%
+of its steps/s on an H200, one step in 10 0.6%, PyTorch's own hook alone 0.3% (bench/results/comm_gpu_h200.json)."""
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations against the real classes.
 import threading
