@@ -26,7 +26,8 @@ from torch.nn.parallel import DistributedDataParallel
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
 from trainables.models import build_model
-from trainables.parallel.comm import time_allreduce
+from trainables.parallel.comm import AllReduceTimer
+from trainables.parallel.compression import Compression
 
 STEPS, WARMUP, ROUNDS = 20, 5, 3
 
@@ -58,7 +59,8 @@ def ddp(variant: str) -> DistributedDataParallel:
     if variant == "pytorch_hook":
         model.register_comm_hook(None, allreduce_hook)
     elif variant.startswith("timed_1_in_"):
-        time_allreduce(model, every=int(variant.rsplit("_", 1)[1]))
+        timer = AllReduceTimer(True, Compression(TrainConfig()), every=int(variant.rsplit("_", 1)[1]))
+        model.register_comm_hook(None, timer.hook)
     return model
 
 

@@ -185,3 +185,23 @@ def read_shard(config: dict) -> None:
     shard = ray.train.get_dataset_shard("rows")
     seen = sum(len(batch["x"]) for batch in shard.iter_batches(batch_size=16))
     ray.train.report({"rows_seen": seen})
+
+
+def strategy_rank(rank: int, world: int, port: int, out: str, settings: dict, resume: str | None) -> None:
+    """One rank of a run of the shared loop in plain processes (gloo, no Ray): rank 0 keeps the checkpoints
+    under `out` and its rows in out/rows.json. `resume`: a checkpoint folder every rank starts from."""
+    import torch.distributed as dist
+
+    from trainables.checkpoint import load_state
+    from trainables.config import TrainConfig
+    from trainables.context import DistContext
+    from trainables.local import LocalReporter
+    from trainables.run import run_training
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    reporter = LocalReporter(out if rank == 0 else None)
+    saved = load_state(resume) if resume else None
+    run_training(TrainConfig(**settings), DistContext(rank=rank, world_size=world), reporter, saved)
+    if rank == 0:
+        Path(out, "rows.json").write_text(json.dumps(reporter.rows))
+    dist.destroy_process_group()

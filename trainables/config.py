@@ -49,9 +49,22 @@ class TrainConfig(BaseModel):
     skip_nonfinite: Flag = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
                                  " sync per step) instead of stopping the run at the first non-finite loss")
     precision: Precision = "fp32"
-    strategy: Literal["ddp", "model-parallel", "dp"] = Field(
-        "ddp", description="ddp: a replica per worker; model-parallel: stages over the worker's devices, DDP"
-        " across workers; dp: legacy torch.nn.DataParallel inside one worker")
+    strategy: Literal["ddp", "fsdp", "model-parallel", "dp"] = Field(
+        "ddp", description="ddp: a replica per worker; fsdp: parameters, gradients and optimizer state sharded"
+        " over the workers (FSDP2); model-parallel: stages over the worker's devices, DDP across workers; dp:"
+        " legacy torch.nn.DataParallel inside one worker")
+    reshard_after_forward: Flag = Field(True, description="fsdp: free each block's gathered parameters after its"
+                                        " forward (gathered again in backward): less memory, more communication")
+    cpu_offload: Flag = Field(False, description="fsdp: keep the parameter shards, gradients and optimizer"
+                              " state in CPU memory (the optimizer steps on the CPU)")
+    activation_checkpointing: Literal["none", "full", "selective"] = Field(
+        "none", description="recompute blocks' activations in backward instead of keeping them: every block"
+        " (full) or every second one (selective)")
+    grad_compression: Literal["none", "fp16", "bf16", "powersgd"] = Field(
+        "none", description="ddp: compress gradients before the all-reduce (PyTorch's DDP comm hooks)")
+    powersgd_rank: int = Field(1, ge=1, description="powersgd: the rank of the low-rank approximation")
+    powersgd_warmup: int = Field(10, ge=2, description="powersgd: plain all-reduce for the first N steps (DDP's"
+                                 " first two at least)")
     stages: int | None = Field(None, ge=1, description="model-parallel stages; default: the worker's devices")
     micro_batches: int = Field(4, ge=1, description="model-parallel micro-batches per batch (GPipe)")
     split: list[int] | None = Field(None, description="model-parallel: first layer index of each stage")
@@ -82,6 +95,11 @@ class TrainConfig(BaseModel):
             raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
         if self.profile_steps and not 1 <= step_window(self.profile_steps)[0] <= step_window(self.profile_steps)[1]:
             raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
+        if self.cpu_offload and self.strategy != "fsdp":
+            raise ValueError(f"cpu_offload needs strategy fsdp (it is {self.strategy}): add --strategy fsdp")
+        if self.grad_compression != "none" and self.strategy not in ("ddp", "model-parallel"):
+            raise ValueError(f"grad_compression {self.grad_compression} works on DDP's all-reduce: strategy ddp"
+                             f" or model-parallel (it is {self.strategy})")
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self

@@ -30,6 +30,7 @@ from trainables.health import Health
 from trainables.objective import Objective, batch_to_device
 from trainables.parallel import unwrap
 from trainables.parallel.comm import AllReduceTimer
+from trainables.parallel.fsdp import full_state, is_sharded
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
 
@@ -59,9 +60,15 @@ class TrainState:
     skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
     def state_dict(self, cfg: TrainConfig) -> dict[str, Any]:
+        """The whole state, in one format for every strategy: a sharded model's is gathered (every rank must
+        call it then; rank 0 gets it)."""
+        if is_sharded(self.model):
+            model, optimizer = full_state(self.model, self.optimizer)
+        else:
+            model, optimizer = unwrap(self.model).state_dict(), self.optimizer.state_dict()
         return {
-            "model": unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model,
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.amp.scaler.state_dict(),
             "position": asdict(self.position),
@@ -143,8 +150,9 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
                metrics: dict[str, float]) -> None:
     """Rank 0 writes the state to a fresh folder; every rank reports (Ray's report is collective)."""
     folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None
+    whole = state.state_dict(cfg) if folder or is_sharded(state.model) else None  # gathering takes every rank
     if folder:
-        save_state(state.state_dict(cfg), folder)
+        save_state(whole, folder)
     reporter.checkpoint(metrics, folder)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)

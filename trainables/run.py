@@ -30,6 +30,7 @@ from trainables.loop import Loaders, Position, TrainState, total_steps, train_lo
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.objective import objective_of
 from trainables.parallel import parallelize, unwrap
+from trainables.parallel.fsdp import is_sharded, load_full_state
 from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
 
@@ -103,8 +104,12 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Data
 
 
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:
-    unwrap(state.model).load_state_dict(saved["model"])
-    state.optimizer.load_state_dict(saved["optimizer"])
+    """Load a checkpoint of any strategy (they share one format); a sharded model keeps its own shards."""
+    if is_sharded(state.model):
+        load_full_state(state.model, state.optimizer, saved["model"], saved["optimizer"])
+    else:
+        unwrap(state.model).load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
     state.scheduler.load_state_dict(saved["scheduler"])
     state.amp.scaler.load_state_dict(saved["scaler"])
     state.position = Position(**saved["position"])

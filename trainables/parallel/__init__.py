@@ -1,6 +1,6 @@
-"""Strategies that wrap a built model for distribution. The loop never knows which one it got: it gets the
-wrapped model and, from the strategy, how to skip gradient sync on the micro-batches before an optimizer step
-(Lightning Fabric's `no_backward_sync`, owned by the strategy)."""
+"""Strategies that wrap a built model for distribution: DDP, FSDP2, model parallel, DataParallel. The loop
+never knows which one it got: it gets the wrapped model and, from the strategy, how to skip gradient sync on
+the micro-batches before an optimizer step (Lightning Fabric's `no_backward_sync`, owned by the strategy)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrainConfig
 from trainables.context import DistContext
-from trainables.parallel.comm import AllReduceTimer, time_allreduce
+from trainables.parallel.blocks import checkpoint_activations
+from trainables.parallel.comm import AllReduceTimer, register_comm
 from trainables.parallel.ddp import wrap_ddp
 from trainables.parallel.dp import wrap_dp
+from trainables.parallel.fsdp import no_gradient_sync, wrap_fsdp
 from trainables.parallel.pipeline import pipeline_ddp
 
 
@@ -45,14 +47,19 @@ def unwrap(model: nn.Module) -> nn.Module:
 def _with_no_sync(model: nn.Module, cfg: TrainConfig) -> Parallel:
     # DDP all-reduces in backward unless told not to; one process, or DataParallel, has nothing to skip.
     if isinstance(model, DistributedDataParallel):
-        return Parallel(model, model.no_sync, time_allreduce(model, cfg.log_every) if cfg.telemetry else None)
+        return Parallel(model, model.no_sync, register_comm(model, cfg))
     return Parallel(model, contextlib.nullcontext)
 
 
 def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Parallel:
     """Wrap a built model in the configured strategy; the loop only ever sees the result."""
+    checkpoint_activations(model, cfg.activation_checkpointing)
     if cfg.strategy == "model-parallel":
         return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
+    if cfg.strategy == "fsdp" and ctx.distributed:
+        sharded = wrap_fsdp(model, cfg, ctx)
+        # compiled after sharding: FSDP's hooks sit on the blocks, which the compiled graph calls
+        return Parallel(torch.compile(sharded) if cfg.compile else sharded, lambda: no_gradient_sync(sharded))
     if cfg.compile:
         model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
     if cfg.strategy == "dp":

@@ -1,5 +1,5 @@
 """How long a DDP rank spends in gradient all-reduce, timed by a DDP communication hook around PyTorch's own
-all-reduce hook (the same averaging DDP does without a hook).
+all-reduce hook (the same averaging DDP does without a hook), or its compressing one (--grad-compression).
 
 Each bucket's all-reduce is an interval from the moment its gradients are ready (the hook is called in
 backward) to the moment the reduced bucket is back: host clocks on CPU (gloo completes the future on its
@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
+
+from trainables.config import TrainConfig
+from trainables.parallel.compression import Compression
 
 Mark = float | torch.cuda.Event
 
@@ -36,10 +38,11 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
 
 
 class AllReduceTimer:
-    """A comm hook that all-reduces as DDP would and records when each bucket started and finished."""
+    """A comm hook that all-reduces as `compression` says and records when each bucket started and finished,
+    and the bytes it sent."""
 
-    def __init__(self, cuda: bool, every: int = 1) -> None:
-        self.cuda, self.every = cuda, every
+    def __init__(self, cuda: bool, compression: Compression, every: int = 1) -> None:
+        self.cuda, self.compression, self.every = cuda, compression, every
         self.lock = threading.Lock()  # gloo runs the callbacks on its own threads
         self.spans: list[tuple[Mark, Mark]] = []
         self.bytes = 0
@@ -56,15 +59,15 @@ class AllReduceTimer:
 
     def hook(self, process_group: dist.ProcessGroup | None,
              bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        buffer = bucket.buffer()
-        self.bytes += buffer.numel() * buffer.element_size()
         timing = self.steps % self.every == self.every - 1  # the same answer for every bucket of the step
         if bucket.is_last():
             self.steps += 1
             self.timed += timing
-        if not timing:
-            return allreduce_hook(process_group, bucket)
-        start = self.mark()
+        start = self.mark() if timing else None
+        future, sent = self.compression(bucket)
+        self.bytes += sent
+        if start is None:
+            return future
 
         def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
             end = self.mark()
@@ -72,7 +75,7 @@ class AllReduceTimer:
                 self.spans.append((start, end))
             return fut.value()
 
-        return allreduce_hook(process_group, bucket).then(done)
+        return future.then(done)
 
     def window(self, steps: int, wall_s: float) -> dict[str, float]:
         """All-reduce figures for a window of `steps` steps and `wall_s` seconds: busy ms per timed step, its
@@ -94,8 +97,14 @@ class AllReduceTimer:
         return [(origin.elapsed_time(a) / 1e3, origin.elapsed_time(b) / 1e3) for a, b in spans]
 
 
-def time_allreduce(model: DistributedDataParallel, every: int) -> AllReduceTimer:
-    """Register the timing hook on a DDP model (before its first step), timing one step in `every`."""
-    timer = AllReduceTimer(cuda=next(model.parameters()).is_cuda, every=every)
-    model.register_comm_hook(None, timer.hook)
-    return timer
+def register_comm(model: DistributedDataParallel, cfg: TrainConfig) -> AllReduceTimer | None:
+    """The all-reduce the config asks for (compressed or not) on a DDP model, before its first step: timed
+    (one step per log interval) with telemetry on, PyTorch's own hook alone with it off."""
+    compression = Compression(cfg)
+    if cfg.telemetry:
+        timer = AllReduceTimer(next(model.parameters()).is_cuda, compression, every=cfg.log_every)
+        model.register_comm_hook(None, timer.hook)
+        return timer
+    if compression.kind != "none":
+        model.register_comm_hook(compression.state, compression.hook)
+    return None

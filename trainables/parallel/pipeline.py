@@ -9,7 +9,6 @@ state_dict keeps the unsplit model's names: a checkpoint taken with k=2 loads wi
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,15 +21,13 @@ from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.data.meta import DataMeta
 from trainables.models import build_model
-from trainables.models.vision import resnet_layers
+from trainables.parallel.blocks import pipeline_layers
 
 
 def layers_of(model: nn.Module) -> list[nn.Module]:
-    if hasattr(model, "pipeline_layers"):
-        return model.pipeline_layers()
-    torchvision = sys.modules.get("torchvision")  # imported already if the model came from it
-    if torchvision is not None and isinstance(model, torchvision.models.ResNet):
-        return resnet_layers(model)
+    layers = pipeline_layers(model)
+    if layers is not None:
+        return layers
     raise ConfigError(f"{type(model).__name__} cannot be split into stages: give it a pipeline_layers() method")
 
 

@@ -1,0 +1,97 @@
+"""Sharded data parallel with PyTorch's FSDP2 (`fully_shard`): each worker holds 1/N of every parameter,
+gradient and optimizer state; a block's parameters are all-gathered just before it runs and freed after
+(`--reshard-after-forward`), gradients are reduce-scattered in backward.
+
+Each block of trainables.parallel.blocks is sharded on its own, then the root (which keeps the rest: GPT's
+tied embedding and head), as torchtitan does.
+
+Checkpoints stay in the one format every strategy reads: rank 0 writes the full (unsharded) model and
+optimizer state, gathered with torch.distributed.checkpoint's state-dict API, so a run can resume under DDP,
+FSDP or another world size."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from trainables.config import TrainConfig
+from trainables.context import DistContext
+from trainables.parallel.blocks import blocks_of
+
+_PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0's CPU
+
+
+def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
+    """Shard `model` over all workers (one device each); it is moved to the worker's device first."""
+    model = model.to(ctx.device)
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    policy = MixedPrecisionPolicy(param_dtype=_PARAM_DTYPES.get(cfg.precision), reduce_dtype=torch.float32)
+    offload: OffloadPolicy = CPUOffloadPolicy() if cfg.cpu_offload else OffloadPolicy()
+    options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy, "offload_policy": offload}
+    for block in blocks_of(model):
+        fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **options)
+    fully_shard(model, reshard_after_forward=False, **options)  # the root's parameters are needed at once in backward
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    from trainables.parallel import unwrap  # deferred: the package imports this module
+
+    return isinstance(unwrap(model), FSDPModule)
+
+
+def no_gradient_sync(model: nn.Module) -> contextlib.AbstractContextManager:
+    """FSDP's no_sync: the micro-batches under it keep their gradients unreduced (and unsharded)."""
+
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return block()
+
+
+def _param_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The fully qualified name of each parameter in the optimizer's order (its state's int keys)."""
+    from trainables.parallel import unwrap  # deferred: as above
+
+    names = {id(p): name for name, p in unwrap(model).named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(model, optimizer) state, whole, as a plain model and optimizer's state_dict() would give them
+    (optimizer state keyed by parameter index); on rank 0, empty on the others. Every rank must call it."""
+    model_state = get_model_state_dict(model, options=FULL)
+    optim = get_optimizer_state_dict(model, optimizer, options=FULL)
+    index = {name: i for i, name in enumerate(_param_names(model, optimizer))}
+    if not optim:
+        return model_state, {}
+    groups = [{**g, "params": [index[name] for name in g["params"]]} for g in optim["param_groups"]]
+    return model_state, {"state": {index[name]: s for name, s in optim["state"].items()}, "param_groups": groups}
+
+
+def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim: dict) -> None:
+    """The inverse of full_state, on every rank from the same (whole) checkpoint: each keeps its shard."""
+    set_model_state_dict(model, model_state, options=StateDictOptions(full_state_dict=True))
+    names = _param_names(model, optimizer)
+    by_name = {"state": {names[i]: s for i, s in optim["state"].items()},
+               "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in optim["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
