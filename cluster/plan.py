@@ -34,6 +34,8 @@ class JobRequest:
     placement: Placement = "pack"
     node_group: str | None = None
     nccl_debug: str | None = None  # e.g. INFO, WARN
+    hsdp: bool = False  # sharded within shard groups, replicated across them: the plan sets the mesh
+    shard_size: int | None = None  # hsdp's shard group; None: the workers that fit one node
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Plan:
     groups: tuple[str, ...]  # node groups the workers may land on
     custom_resources: dict[str, float] = field(default_factory=dict)
     gpu_type: str | None = None  # the spec's gpus.type where every group the workers may use names the same
+    mesh: tuple[int, int] | None = None  # hsdp: (replicas, workers per shard group)
 
     @property
     def use_gpu(self) -> bool:
@@ -68,6 +71,9 @@ class Plan:
             ("backend", self.backend),
             ("node groups", ", ".join(self.groups)),
             ("storage", self.storage_path),
+            *([("mesh (hsdp)", f"{self.mesh[0]} replica(s) x {self.mesh[1]} shard(s): parameters gathered within"
+                 f" a group of {self.mesh[1]} worker(s) on one node, gradients all-reduced across the groups")]
+              if self.mesh else []),
             *((f"env {k}", v) for k, v in sorted(self.env.items())),
         ]
 
@@ -176,7 +182,23 @@ def plan(spec: ClusterSpec, job: JobRequest) -> Plan:
         # A tiny amount of the group's resource pins workers to it without limiting how many fit.
         custom_resources={group_resource(job.node_group): 0.001} if job.node_group else {},
         gpu_type=_one_gpu_type(groups) if job.gpus_per_worker else None,
+        mesh=hsdp_mesh(groups, job, cpus) if job.hsdp else None,
     )
+
+
+def hsdp_mesh(groups: list[NodeGroup], job: JobRequest, cpus: int) -> tuple[int, int]:
+    """(replicas, shard group size): a group is the workers that share a node (its fast link: NVLink, PCIe),
+    replicas go across nodes (the network, InfiniBand). Refuses shapes that do not divide."""
+    per_node = min(n for g in groups if (n := _workers_per_node(g, cpus, job.gpus_per_worker)) > 0)
+    shard = job.shard_size or min(per_node, job.workers)
+    if job.workers % shard:
+        raise ConfigError(f"hsdp: workers({job.workers}) do not divide into shard groups of {shard} (the workers"
+                          f" {'asked for' if job.shard_size else 'that fit a node'}): ask for a multiple of {shard}"
+                          " workers or set shard_size to a divisor")
+    if shard > 1 and job.placement in ("spread", "strict-spread"):
+        raise ConfigError(f"hsdp keeps each shard group of {shard} on one node: use placement pack or strict-pack,"
+                          f" not {job.placement}")
+    return job.workers // shard, shard
 
 
 def _one_gpu_type(groups: list[NodeGroup]) -> str | None:

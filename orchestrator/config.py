@@ -154,7 +154,8 @@ class LaunchConfig(BaseModel):
     def job_request(self) -> JobRequest:
         """What this launch asks of the cluster, for cluster.plan."""
         return JobRequest(workers=self.workers, gpus_per_worker=self.gpus_per_worker,
-                          cpus_per_worker=self.cpus_per_worker, placement=self.placement, node_group=self.node_group)
+                          cpus_per_worker=self.cpus_per_worker, placement=self.placement, node_group=self.node_group,
+                          hsdp=self.train.strategy == "hsdp", shard_size=self.train.shard_size)
 
     def saved_form(self) -> dict:
         """What launch.yaml holds: everything but the per-invocation display flags."""

@@ -39,15 +39,36 @@ def test_gpu_job_gets_nccl_env_from_the_spec():
 
 
 def test_the_specs_gpu_type_gives_mfu_its_peak_unless_the_user_gave_one():
-    from orchestrator.launcher.launch import with_peak  # deferred: imports Ray
+    from orchestrator.launcher.launch import for_plan  # deferred: imports Ray
     from trainables.config import TrainConfig
 
-    gpu_type = plan(spec(), JobRequest(workers=16, gpus_per_worker=1)).gpu_type
-    assert gpu_type == "H200" and plan(spec(), JobRequest(workers=2)).gpu_type is None  # a CPU job: no type
-    assert with_peak(TrainConfig(precision="bf16"), gpu_type).peak_tflops == 989.0  # dense bf16, datasheet
-    assert with_peak(TrainConfig(precision="fp32"), "a100-80gb").peak_tflops == 156.0  # TF32
-    assert with_peak(TrainConfig(peak_tflops=700), gpu_type).peak_tflops == 700  # --peak-tflops wins
-    assert with_peak(TrainConfig(), "MI300X").peak_tflops is None  # not in the table: the GPU's name decides
+    gpu_plan = plan(spec(), JobRequest(workers=16, gpus_per_worker=1))
+    assert gpu_plan.gpu_type == "H200" and plan(spec(), JobRequest(workers=2)).gpu_type is None  # CPU: no type
+    assert for_plan(TrainConfig(precision="bf16"), gpu_plan).peak_tflops == 989.0  # dense bf16, datasheet
+    a100 = plan(spec(node_groups=[{"name": "a", "role": "head", "cpus": 8, "gpus": {"count": 1, "type": "a100-80gb"}}]),
+                JobRequest(workers=1, gpus_per_worker=1))
+    assert for_plan(TrainConfig(precision="fp32"), a100).peak_tflops == 156.0  # TF32
+    assert for_plan(TrainConfig(peak_tflops=700), gpu_plan).peak_tflops == 700  # --peak-tflops wins
+    mi300 = plan(spec(node_groups=[{"name": "m", "role": "head", "cpus": 8, "gpus": {"count": 1, "type": "MI300X"}}]),
+                 JobRequest(workers=1, gpus_per_worker=1))
+    assert for_plan(TrainConfig(), mi300).peak_tflops is None  # not in the table: the GPU's own name decides
+
+
+def test_hsdp_shards_within_a_node_and_replicates_across_nodes():
+    from orchestrator.launcher.launch import for_plan  # deferred: imports Ray
+    from trainables.config import TrainConfig
+
+    p = plan(spec(), JobRequest(workers=16, gpus_per_worker=1, hsdp=True))
+    assert p.mesh == (2, 8)  # two 8-GPU nodes: a shard group per node
+    assert ("mesh (hsdp)", "2 replica(s) x 8 shard(s): parameters gathered within a group of 8 worker(s) on one"
+            " node, gradients all-reduced across the groups") in p.describe()
+    assert for_plan(TrainConfig(strategy="hsdp"), p).shard_size == 8
+    assert plan(spec(), JobRequest(workers=16, gpus_per_worker=1, hsdp=True, shard_size=4)).mesh == (4, 4)
+    with pytest.raises(ConfigError, match=r"hsdp: workers\(12\) do not divide into shard groups of 8 \(the workers"
+                       r" that fit a node\): ask for a multiple of 8"):
+        plan(spec(), JobRequest(workers=12, gpus_per_worker=1, hsdp=True))
+    with pytest.raises(ConfigError, match="hsdp keeps each shard group of 8 on one node: use placement pack"):
+        plan(spec(), JobRequest(workers=16, gpus_per_worker=1, hsdp=True, placement="spread"))
 
 
 def test_too_many_gpu_workers_names_the_factors():

@@ -62,3 +62,9 @@ def test_compressed_gradients_train_digits_and_send_fewer_bytes(tmp_path, kind):
     ratio = sent[kind][-1] / sent["plain"][-1]
     # bf16: half the bytes; PowerSGD: the conv kernels and linear weights as two thin factors each (2.4% here)
     assert ratio == pytest.approx(0.5) if kind == "bf16" else ratio < 0.2
+
+
+def test_hsdp_on_a_2x2_mesh_of_4_workers_reaches_ddps_weights(tmp_path):
+    ddp = run(tmp_path / "ddp", world=4, max_steps=8, epochs=1, batch_size=8)
+    hsdp = run(tmp_path / "hsdp", world=4, max_steps=8, epochs=1, batch_size=8, strategy="hsdp", shard_size=2)
+    assert max_abs_diff(final_weights(ddp[-1]), final_weights(hsdp[-1])) < TOLERANCE

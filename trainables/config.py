@@ -49,13 +49,15 @@ class TrainConfig(BaseModel):
     skip_nonfinite: Flag = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
                                  " sync per step) instead of stopping the run at the first non-finite loss")
     precision: Precision = "fp32"
-    strategy: Literal["ddp", "fsdp", "model-parallel", "dp"] = Field(
+    strategy: Literal["ddp", "fsdp", "hsdp", "model-parallel", "dp"] = Field(
         "ddp", description="ddp: a replica per worker; fsdp: parameters, gradients and optimizer state sharded"
-        " over the workers (FSDP2); model-parallel: stages over the worker's devices, DDP across workers; dp:"
-        " legacy torch.nn.DataParallel inside one worker")
-    reshard_after_forward: Flag = Field(True, description="fsdp: free each block's gathered parameters after its"
-                                        " forward (gathered again in backward): less memory, more communication")
-    cpu_offload: Flag = Field(False, description="fsdp: keep the parameter shards, gradients and optimizer"
+        " over the workers (FSDP2); hsdp: sharded within a node, replicated across nodes; model-parallel: stages"
+        " over the worker's devices, DDP across workers; dp: legacy torch.nn.DataParallel inside one worker")
+    reshard_after_forward: Flag = Field(True, description="fsdp/hsdp: free each block's gathered parameters after"
+                                        " its forward (gathered again in backward): less memory, more traffic")
+    shard_size: int | None = Field(None, ge=1, description="hsdp: workers per shard group (default: those that"
+                                   " share a node, from the cluster spec)")
+    cpu_offload: Flag = Field(False, description="fsdp/hsdp: keep the parameter shards, gradients and optimizer"
                               " state in CPU memory (the optimizer steps on the CPU)")
     activation_checkpointing: Literal["none", "full", "selective"] = Field(
         "none", description="recompute blocks' activations in backward instead of keeping them: every block"
@@ -85,6 +87,11 @@ class TrainConfig(BaseModel):
                                       " figure for the GPU's name; none on CPU)")
     image_size: int = Field(64, ge=8, description="side of synthetic images")
 
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 holds the model: fsdp, or hsdp (sharded within a group, replicated across groups)."""
+        return self.strategy in ("fsdp", "hsdp")
+
     @model_validator(mode="after")
     def _parquet_needs_path(self) -> TrainConfig:
         if self.dataset == "parquet" and not self.data_path:
@@ -95,8 +102,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
         if self.profile_steps and not 1 <= step_window(self.profile_steps)[0] <= step_window(self.profile_steps)[1]:
             raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
-        if self.cpu_offload and self.strategy != "fsdp":
-            raise ValueError(f"cpu_offload needs strategy fsdp (it is {self.strategy}): add --strategy fsdp")
+        if self.cpu_offload and not self.sharded:
+            raise ValueError(f"cpu_offload needs strategy fsdp or hsdp (it is {self.strategy}): add --strategy fsdp")
+        if self.shard_size is not None and self.strategy != "hsdp":
+            raise ValueError(f"shard_size is for strategy hsdp (it is {self.strategy})")
         if self.grad_compression != "none" and self.strategy not in ("ddp", "model-parallel"):
             raise ValueError(f"grad_compression {self.grad_compression} works on DDP's all-reduce: strategy ddp"
                              f" or model-parallel (it is {self.strategy})")

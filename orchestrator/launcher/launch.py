@@ -63,19 +63,25 @@ def default_name(cfg: LaunchConfig) -> str:
     return f"{cfg.program}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool, gpu_type: str | None = None) -> Job:
-    """The launch as one job; a resumed one starts from the run's checkpoints, newest first. The spec's GPU
-    type gives MFU its peak where the user gave none."""
-    return Job(name=run_dir.name, train=with_peak(cfg.train, gpu_type), kind=cfg.kind, entry=cfg.entry,
+def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool, the_plan: Plan | None = None) -> Job:
+    """The launch as one job; a resumed one starts from the run's checkpoints, newest first. The plan fills
+    in what the user left to the cluster spec (see for_plan)."""
+    return Job(name=run_dir.name, train=for_plan(cfg.train, the_plan), kind=cfg.kind, entry=cfg.entry,
                run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
                resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else (),
                command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures)
 
 
-def with_peak(train: TrainConfig, gpu_type: str | None) -> TrainConfig:
-    """`train` with the spec's GPU type's peak TFLOP/s, unless it has one (or the type is not in the table)."""
-    peak = peak_tflops_of(gpu_type, train.precision) if gpu_type and not train.peak_tflops else None
-    return train.model_copy(update={"peak_tflops": peak}) if peak else train
+def for_plan(train: TrainConfig, the_plan: Plan | None) -> TrainConfig:
+    """`train` with what the spec decides where the user did not: MFU's peak TFLOP/s from its GPU type (if the
+    type is in the table), hsdp's shard group size from its nodes."""
+    update: dict[str, float | int] = {}
+    gpu_type = the_plan.gpu_type if the_plan else None
+    if gpu_type and not train.peak_tflops and (peak := peak_tflops_of(gpu_type, train.precision)):
+        update["peak_tflops"] = peak
+    if the_plan and the_plan.mesh and train.shard_size is None:
+        update["shard_size"] = the_plan.mesh[1]
+    return train.model_copy(update=update) if update else train
 
 
 def script_command(cfg: LaunchConfig) -> tuple[str, ...]:
@@ -104,7 +110,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
     if resume:
         set_aside_torn_snapshot(run_dir)
-    job = launch_job(cfg, run_dir, resume, the_plan.gpu_type)
+    job = launch_job(cfg, run_dir, resume, the_plan)
     started = time.perf_counter()
     try:
         with ray_session(spec, address, cfg.dashboard, cfg.verbose):

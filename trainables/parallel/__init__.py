@@ -56,7 +56,7 @@ def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Paralle
     checkpoint_activations(model, cfg.activation_checkpointing)
     if cfg.strategy == "model-parallel":
         return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
-    if cfg.strategy == "fsdp" and ctx.distributed:
+    if cfg.sharded and ctx.distributed:
         sharded = wrap_fsdp(model, cfg, ctx)
         # compiled after sharding: FSDP's hooks sit on the blocks, which the compiled graph calls
         return Parallel(torch.compile(sharded) if cfg.compile else sharded, lambda: no_gradient_sync(sharded))

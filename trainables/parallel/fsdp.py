@@ -1,6 +1,7 @@
 """Sharded data parallel with PyTorch's FSDP2 (`fully_shard`): each worker holds 1/N of every parameter,
-gradient and optimizer state; a block's parameters are all-gathered just before it runs and freed after
-(`--reshard-after-forward`), gradients are reduce-scattered in backward.
+gradient and optimizer state (hsdp: 1/N of its shard group's, the groups replicas of each other); a block's
+parameters are all-gathered just before it runs and freed after (`--reshard-after-forward`), gradients are
+reduce-scattered in backward (and, under hsdp, all-reduced across the groups).
 
 Each block of trainables.parallel.blocks is sharded on its own, then the root (which keeps the rest: GPT's
 tied embedding and head), as torchtitan does.
@@ -24,9 +25,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.parallel.blocks import blocks_of
@@ -38,7 +40,7 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors
 def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
     """Shard `model` over all workers (one device each); it is moved to the worker's device first."""
     model = model.to(ctx.device)
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    mesh = device_mesh(cfg, ctx)
     policy = MixedPrecisionPolicy(param_dtype=_PARAM_DTYPES.get(cfg.precision), reduce_dtype=torch.float32)
     offload: OffloadPolicy = CPUOffloadPolicy() if cfg.cpu_offload else OffloadPolicy()
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy, "offload_policy": offload}
@@ -46,6 +48,19 @@ def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **options)
     fully_shard(model, reshard_after_forward=False, **options)  # the root's parameters are needed at once in backward
     return model
+
+
+def device_mesh(cfg: TrainConfig, ctx: DistContext) -> DeviceMesh:
+    """fsdp: one dimension over all workers. hsdp: (replicate, shard), consecutive ranks in a shard group
+    (Ray Train numbers the workers of a node consecutively), so parameters are gathered within a node and
+    gradients all-reduced across nodes."""
+    if cfg.strategy == "fsdp":
+        return init_device_mesh(ctx.device.type, (ctx.world_size,))
+    shard = cfg.shard_size or ctx.world_size
+    if ctx.world_size % shard:
+        raise ConfigError(f"hsdp: {ctx.world_size} workers do not divide into shard groups of {shard}:"
+                          " set shard_size to a divisor of the workers")
+    return init_device_mesh(ctx.device.type, (ctx.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
 
 
 def is_sharded(model: nn.Module) -> bool:
