@@ -42,6 +42,14 @@ def test_fsdp_reaches_ddps_weights_and_resumes_under_ddp(tmp_path):
     assert max_abs_diff(final_weights(whole[-1]), final_weights(rest[-1])) < TOLERANCE
 
 
+def test_fsdp_trains_a_gpt_with_tied_embeddings_as_ddp_does(tmp_path):
+    gpt = {"model": "gpt-char", "dataset": "fake-tokens", "fake_samples": 160, "seq_len": 32, "optimizer": "adamw",
+           "lr": 1e-3, "max_steps": 4, "epochs": 1}
+    ddp = run(tmp_path / "ddp", **gpt)
+    fsdp = run(tmp_path / "fsdp", strategy="fsdp", activation_checkpointing="selective", **gpt)
+    assert max_abs_diff(final_weights(ddp[-1]), final_weights(fsdp[-1])) < 1e-4  # AdamW divides by small norms
+
+
 def test_fsdp_resumes_a_ddp_checkpoint_with_activation_checkpointing(tmp_path):
     half = run(tmp_path / "ddp1", epochs=2, stop_after_epochs=1)
     whole = run(tmp_path / "ddp2", epochs=2)

@@ -98,6 +98,11 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """What FSDP shards one by one: the transformer blocks. The embedding stays with the root, which keeps
+        it gathered through the forward: the tied head reads its weight after the embedding ran."""
+        return list(self.blocks)
+
     def pipeline_layers(self) -> list[nn.Module]:
         """The model as a sequence of layers, each feeding the next: what model parallel cuts into stages."""
         return [self.embed, *self.blocks, self.head]
