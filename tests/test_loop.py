@@ -14,7 +14,9 @@ from PIL import Image
 
 from trainables.config import TrainConfig
 from trainables.data.digits import digits_tensors
+from trainables.data.meta import DataMeta
 from trainables.local import train_locally
+from trainables.models import build_model
 
 FAST = {"model": "digits-cnn", "batch_size": 32, "log_every": 5}
 
@@ -61,6 +63,17 @@ def test_gpt_char_learns_stdlib_text():
     assert first < math.log(256) + 0.5  # starts near uniform over bytes
     assert metrics["val_loss"] < first - 0.6  # and learns real structure within 40 steps
     assert reporter.rows[0]["tokens_per_s"] == pytest.approx(reporter.rows[0]["samples_per_s"] * 64)
+
+
+def test_llama_toy_learns_stdlib_text_and_has_llamas_parts():
+    cfg = TrainConfig(model="llama-toy", seq_len=64, batch_size=16, max_steps=40, log_every=10, lr=3e-3)
+    metrics, reporter = train_locally(cfg)
+    first = reporter.rows[0]["loss"]
+    assert first < math.log(256) + 0.5 and metrics["val_loss"] < first - 0.6
+    model = build_model("llama-toy", DataMeta(kind="tokens", num_classes=256, seq_len=64), cfg)
+    attn = model.blocks[0].attn
+    assert attn.wkv.out_features == 2 * 2 * 32 and attn.wq.out_features == 4 * 32  # 2 KV heads for 4 query heads
+    assert isinstance(model.norm, torch.nn.RMSNorm) and model.output.weight is not model.tok.weight
 
 
 def test_resnet18_on_fake_images_runs():

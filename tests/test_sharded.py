@@ -42,8 +42,10 @@ def test_fsdp_reaches_ddps_weights_and_resumes_under_ddp(tmp_path):
     assert max_abs_diff(final_weights(whole[-1]), final_weights(rest[-1])) < TOLERANCE
 
 
-def test_fsdp_trains_a_gpt_with_tied_embeddings_as_ddp_does(tmp_path):
-    gpt = {"model": "gpt-char", "dataset": "fake-tokens", "fake_samples": 160, "seq_len": 32, "optimizer": "adamw",
+@pytest.mark.parametrize("model", ["gpt-char", "llama-toy"])
+def test_fsdp_trains_transformers_as_ddp_does(tmp_path, model):
+    """GPT: a tied embedding left to the root; Llama: RoPE, grouped-query attention, an output block."""
+    gpt = {"model": model, "dataset": "fake-tokens", "fake_samples": 160, "seq_len": 32, "optimizer": "adamw",
            "lr": 1e-3, "max_steps": 4, "epochs": 1}
     ddp = run(tmp_path / "ddp", **gpt)
     fsdp = run(tmp_path / "fsdp", strategy="fsdp", activation_checkpointing="selective", **gpt)

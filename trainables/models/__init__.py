@@ -15,6 +15,7 @@ from trainables.data.meta import DataMeta
 from trainables.factories import call, is_import_path, resolve
 from trainables.models.digits_cnn import DigitsCNN
 from trainables.models.gpt import GPT, GPTConfig
+from trainables.models.llama import LLAMA_SIZES, llama
 from trainables.models.vision import resnet
 
 
@@ -39,6 +40,8 @@ MODELS: dict[str, ModelEntry] = {
     "resnet50": ModelEntry(lambda m: resnet(50, m.in_channels, m.num_classes), "image", "fake-images"),
     "gpt-char": ModelEntry(_gpt(4, 4, 128), "tokens", "stdlib-text"),
     "gpt2-124m": ModelEntry(_gpt(12, 12, 768), "tokens", "fake-tokens"),
+    **{size: ModelEntry(lambda m, size=size: llama(size, m.num_classes, m.seq_len), "tokens",
+                        "stdlib-text" if size == "llama-toy" else "fake-tokens") for size in LLAMA_SIZES},
 }
 
 
