@@ -68,6 +68,18 @@ def check_storage(storage_path: str) -> None:
                           " or set storage.path in the cluster spec elsewhere")
 
 
+def check_fp8(cfg: LaunchConfig, the_plan: Plan) -> None:
+    """fp8 runs on GPU workers with torchao; the GPU's own capability is checked on the worker (Ada/Hopper)."""
+    if cfg.kind != "loop":
+        raise ConfigError(f"precision fp8 converts the shared loop's model: a {cfg.kind} launch does its own"
+                          " precision")
+    if not the_plan.use_gpu:
+        raise ConfigError("precision fp8 needs NVIDIA GPUs with float8 (compute capability 8.9+: Ada, Hopper):"
+                          " these workers have none: add --gpus-per-worker 1, or use --precision bf16")
+    if importlib.util.find_spec("torchao") is None:
+        raise ConfigError("precision fp8 needs torchao (PyTorch's float8 training): pip install torchao")
+
+
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     """Spec, plan and Ray address for a launch, after every check that needs no cluster."""
     spec = load_spec(cfg.cluster)
@@ -83,6 +95,8 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     if cfg.nsys and shutil.which("nsys") is None:
         raise ConfigError("--nsys: Nsight Systems (`nsys`) is not on PATH here: install it (NVIDIA's CUDA toolkit"
                           " or the nsight-systems package) on every node, or drop --nsys")
+    if cfg.train.precision == "fp8":
+        check_fp8(cfg, the_plan)
     if cfg.mlflow and importlib.util.find_spec("mlflow") is None:
         raise ConfigError(f"--mlflow {cfg.mlflow}: MLflow is not installed: pip install mlflow-skinny")
     address = cfg.address or spec.address

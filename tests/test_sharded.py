@@ -11,7 +11,10 @@ import torch.multiprocessing as mp
 from helpers import final_weights, max_abs_diff, strategy_rank
 
 from groundwork.address import free_port
+from groundwork.errors import ConfigError
 from trainables.checkpoint import load_state
+from trainables.config import TrainConfig
+from trainables.local import train_locally
 
 SGD = {"model": "digits-cnn", "optimizer": "sgd", "lr": 0.05, "batch_size": 16, "log_every": 5}
 # FSDP reduce-scatters where DDP all-reduces: the same sums in another order, float32
@@ -78,3 +81,8 @@ def test_hsdp_on_a_2x2_mesh_of_4_workers_reaches_ddps_weights(tmp_path):
     ddp = run(tmp_path / "ddp", world=4, max_steps=8, epochs=1, batch_size=8)
     hsdp = run(tmp_path / "hsdp", world=4, max_steps=8, epochs=1, batch_size=8, strategy="hsdp", shard_size=2)
     assert max_abs_diff(final_weights(ddp[-1]), final_weights(hsdp[-1])) < TOLERANCE
+
+
+def test_fp8_on_a_cpu_worker_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"precision fp8 needs an NVIDIA GPU with float8 \(compute capability 8.9"):
+        train_locally(TrainConfig(precision="fp8", max_steps=1), tmp_path)

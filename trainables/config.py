@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from trainables.factories import IMPORT_PATH
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "fp8"]
 # true/false only: pydantic would otherwise take "yes", "on" or "1" from a YAML file as True
 Flag = Annotated[bool, Strict()]
 
@@ -48,7 +48,10 @@ class TrainConfig(BaseModel):
     grad_clip: float | None = Field(None, gt=0)
     skip_nonfinite: Flag = Field(False, description="skip optimizer steps whose gradients are nan/inf (one host"
                                  " sync per step) instead of stopping the run at the first non-finite loss")
-    precision: Precision = "fp32"
+    precision: Precision = Field("fp32", description="fp8: torchao's float8 training of the linear layers (the"
+                                 " rest in bf16), on GPUs with float8 (compute capability 8.9+: Ada, Hopper)")
+    fp8_recipe: Literal["tensorwise", "rowwise"] = Field("tensorwise", description="fp8: one scale per tensor, or"
+                                                         " per row (more accurate, a little slower)")
     strategy: Literal["ddp", "fsdp", "hsdp", "model-parallel", "dp"] = Field(
         "ddp", description="ddp: a replica per worker; fsdp: parameters, gradients and optimizer state sharded"
         " over the workers (FSDP2); hsdp: sharded within a node, replicated across nodes; model-parallel: stages"

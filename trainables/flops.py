@@ -51,7 +51,7 @@ def peak_tflops_of(gpu: str, precision: str) -> float | None:
     found = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in gpu.upper()), None)
     if found is None:
         return None
-    return found[0] if precision in ("bf16", "fp16") else found[1]
+    return found[0] if precision in ("bf16", "fp16", "fp8") else found[1]  # fp8: MFU of the bf16 peak
 
 
 SAMPLES = 2  # batch norm in training mode needs more than one value per channel

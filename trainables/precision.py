@@ -1,4 +1,5 @@
-"""fp32, bf16 or fp16 mixed precision: an autocast context and a GradScaler that is live only for fp16."""
+"""fp32, bf16, fp16 or fp8 mixed precision: an autocast context and a GradScaler that is live only for fp16.
+fp8's linear layers are converted by trainables.parallel.float8; around them it runs as bf16."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from trainables.config import Precision
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
 
 @dataclass

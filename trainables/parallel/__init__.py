@@ -18,6 +18,7 @@ from trainables.parallel.blocks import checkpoint_activations
 from trainables.parallel.comm import AllReduceTimer, register_comm
 from trainables.parallel.ddp import wrap_ddp
 from trainables.parallel.dp import wrap_dp
+from trainables.parallel.float8 import float8_linears
 from trainables.parallel.fsdp import no_gradient_sync, wrap_fsdp
 from trainables.parallel.pipeline import pipeline_ddp
 
@@ -54,6 +55,8 @@ def _with_no_sync(model: nn.Module, cfg: TrainConfig) -> Parallel:
 def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Parallel:
     """Wrap a built model in the configured strategy; the loop only ever sees the result."""
     checkpoint_activations(model, cfg.activation_checkpointing)
+    if cfg.precision == "fp8":
+        float8_linears(model, cfg, ctx)
     if cfg.strategy == "model-parallel":
         return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
     if cfg.sharded and ctx.distributed:
