@@ -33,7 +33,7 @@ from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.parallel.blocks import blocks_of
 
-_PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: around the float8 matmuls
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0's CPU
 
 
