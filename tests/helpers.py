@@ -188,8 +188,8 @@ def read_shard(config: dict) -> None:
 
 
 def strategy_rank(rank: int, world: int, port: int, out: str, settings: dict, resume: str | None) -> None:
-    """One rank of a run of the shared loop in plain processes (gloo, no Ray): rank 0 keeps the checkpoints
-    under `out` and its rows in out/rows.json. `resume`: a checkpoint folder every rank starts from."""
+    """One rank of a run of the shared loop in plain processes (gloo, no Ray), `out` its run folder: rank 0
+    keeps the checkpoints there and its rows in out/rows.json. `resume`: a checkpoint folder every rank starts from."""
     import torch.distributed as dist
 
     from trainables.checkpoint import load_state
@@ -201,7 +201,7 @@ def strategy_rank(rank: int, world: int, port: int, out: str, settings: dict, re
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     reporter = LocalReporter(out if rank == 0 else None)
     saved = load_state(resume) if resume else None
-    run_training(TrainConfig(**settings), DistContext(rank=rank, world_size=world), reporter, saved)
+    run_training(TrainConfig(**settings), DistContext(rank=rank, world_size=world), reporter, saved, run_dir=out)
     if rank == 0:
         Path(out, "rows.json").write_text(json.dumps(reporter.rows))
     dist.destroy_process_group()

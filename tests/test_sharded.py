@@ -12,9 +12,11 @@ from helpers import final_weights, max_abs_diff, strategy_rank
 
 from groundwork.address import free_port
 from groundwork.errors import ConfigError
-from trainables.checkpoint import load_state
+from trainables.checkpoint import load_state, verify
 from trainables.config import TrainConfig
+from trainables.context import DistContext
 from trainables.local import train_locally
+from trainables.run import build_loaders, build_state, restore
 
 SGD = {"model": "digits-cnn", "optimizer": "sgd", "lr": 0.05, "batch_size": 16, "log_every": 5}
 # FSDP reduce-scatters where DDP all-reduces: the same sums in another order, float32
@@ -86,3 +88,25 @@ def test_hsdp_on_a_2x2_mesh_of_4_workers_reaches_ddps_weights(tmp_path):
 def test_fp8_on_a_cpu_worker_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"precision fp8 needs an NVIDIA GPU with float8 \(compute capability 8.9"):
         train_locally(TrainConfig(precision="fp8", max_steps=1), tmp_path)
+
+
+def test_sharded_checkpoints_resume_under_ddp_and_on_one_process(tmp_path):
+    half = run(tmp_path / "dcp", strategy="fsdp", checkpoint_format="sharded", epochs=2, stop_after_epochs=1)
+    shards = half[-1] / "shards"
+    assert (shards / ".metadata").exists() and len(list(shards.glob("*.distcp"))) == 2  # one file per rank
+    assert verify(half[-1]) is None and "model" not in load_state(half[-1])  # no rank held the whole model
+    whole = run(tmp_path / "ddp2", epochs=2)
+    rest = run(tmp_path / "ddp-rest", resume=half[-1], epochs=2)  # 2 FSDP workers -> 2 DDP workers
+    assert max_abs_diff(final_weights(whole[-1]), final_weights(rest[-1])) < TOLERANCE
+    # 2 workers -> 1 process: DCP reshards on load; the weights are the DDP run's after epoch 1
+    first = run(tmp_path / "ddp1", epochs=2, stop_after_epochs=1)
+    cfg = TrainConfig(**SGD, epochs=2)
+    loaders, meta = build_loaders(cfg, DistContext(), {})
+    state = build_state(cfg, DistContext(), loaders, meta, {})
+    restore(state, load_state(half[-1]), cfg)
+    assert max_abs_diff(state.model.state_dict(), final_weights(first[-1])) < TOLERANCE
+    assert state.position.epoch == 1
+    # a shard cut short fails the manifest: the checkpoint is skipped, not half-loaded
+    shard = next(shards.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-100])
+    assert "distcp has" in verify(half[-1])

@@ -113,7 +113,10 @@ def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> 
     problem = verify(folder)
     if problem:
         raise CheckpointError(f"checkpoint {folder}: {problem}")
-    return torch.load(Path(folder) / STATE_FILE, map_location=map_location, weights_only=True)
+    state = torch.load(Path(folder) / STATE_FILE, map_location=map_location, weights_only=True)
+    if state.get("format") == "sharded":  # model and optimizer are in its shards (trainables.parallel.dcp)
+        state["folder"] = str(folder)
+    return state
 
 
 def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:

@@ -77,6 +77,9 @@ class TrainConfig(BaseModel):
     channels_last: Flag = Field(False, description="NHWC memory format for image models (faster convs on GPU)")
     seed: int = 0
     deterministic: Flag = Field(False, description="torch.use_deterministic_algorithms, for exact resume tests")
+    checkpoint_format: Literal["full", "sharded"] = Field(
+        "full", description="full: rank 0 writes the whole state; sharded (fsdp/hsdp): every rank writes its"
+        " shards (torch.distributed.checkpoint) to the run's folder, which the nodes must share")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
     profile_steps: str | None = Field(None, pattern=r"^\d+-\d+$", description="N-M: trace optimizer steps N..M"
                                       " of rank 0 with torch.profiler into <run>/profile/")
@@ -107,6 +110,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
         if self.cpu_offload and not self.sharded:
             raise ValueError(f"cpu_offload needs strategy fsdp or hsdp (it is {self.strategy}): add --strategy fsdp")
+        if self.checkpoint_format == "sharded" and not self.sharded:
+            raise ValueError(f"checkpoint_format sharded needs strategy fsdp or hsdp (it is {self.strategy})")
         if self.shard_size is not None and self.strategy != "hsdp":
             raise ValueError(f"shard_size is for strategy hsdp (it is {self.strategy})")
         if self.grad_compression != "none" and self.strategy not in ("ddp", "model-parallel"):

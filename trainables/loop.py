@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from trainables.health import Health
 from trainables.objective import Objective, batch_to_device
 from trainables.parallel import unwrap
 from trainables.parallel.comm import AllReduceTimer
+from trainables.parallel.dcp import save_sharded
 from trainables.parallel.fsdp import full_state, is_sharded
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
@@ -59,6 +61,8 @@ class TrainState:
     position: Position = field(default_factory=Position)
     skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
+    sharded_dir: Path | None = None  # --checkpoint-format sharded: where every rank writes its shards (shared)
+
     def state_dict(self, cfg: TrainConfig) -> dict[str, Any]:
         """The whole state, in one format for every strategy: a sharded model's is gathered (every rank must
         call it then; rank 0 gets it)."""
@@ -66,9 +70,11 @@ class TrainState:
             model, optimizer = full_state(self.model, self.optimizer)
         else:
             model, optimizer = unwrap(self.model).state_dict(), self.optimizer.state_dict()
+        return {"model": model, "optimizer": optimizer, **self.rest_state(cfg)}
+
+    def rest_state(self, cfg: TrainConfig) -> dict[str, Any]:
+        """Everything but the model and optimizer: schedule, scaler, position in the data, RNG, config."""
         return {
-            "model": model,
-            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.amp.scaler.state_dict(),
             "position": asdict(self.position),
@@ -148,14 +154,31 @@ def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: Train
 
 def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
                metrics: dict[str, float]) -> None:
-    """Rank 0 writes the state to a fresh folder; every rank reports (Ray's report is collective)."""
-    folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None
-    whole = state.state_dict(cfg) if folder or is_sharded(state.model) else None  # gathering takes every rank
-    if folder:
-        save_state(whole, folder)
+    """Rank 0 writes the state to a fresh folder (sharded: every rank writes its shards into one on the shared
+    storage); every rank reports (Ray's report is collective)."""
+    if state.sharded_dir is not None:
+        folder = sharded_checkpoint(state, cfg, ctx)
+    else:
+        folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None
+        whole = state.state_dict(cfg) if folder or is_sharded(state.model) else None  # gathering takes every rank
+        if folder:
+            save_state(whole, folder)
     reporter.checkpoint(metrics, folder)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext) -> str | None:
+    """DCP's folder for this step, written by every rank; its path on rank 0, None on the others."""
+    assert state.sharded_dir is not None
+    partial = state.sharded_dir / f".partial-sharded-step{state.position.step}"
+    folder = state.sharded_dir / f".sharded-step{state.position.step}"
+    if ctx.is_main:  # a try cut short before (a restart at this step) left these
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
+    save_sharded(state.model, state.optimizer, state.rest_state(cfg) if ctx.is_main else None, partial, folder)
+    return str(folder) if ctx.is_main else None
 
 
 class Meter:

@@ -30,6 +30,7 @@ from trainables.loop import Loaders, Position, TrainState, total_steps, train_lo
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.objective import objective_of
 from trainables.parallel import parallelize, unwrap
+from trainables.parallel.dcp import load_sharded
 from trainables.parallel.fsdp import is_sharded, load_full_state
 from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
@@ -105,7 +106,9 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Data
 
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:
     """Load a checkpoint of any strategy (they share one format); a sharded model keeps its own shards."""
-    if is_sharded(state.model):
+    if saved.get("format") == "sharded":
+        load_sharded(state.model, state.optimizer, Path(saved["folder"]))
+    elif is_sharded(state.model):
         load_full_state(state.model, state.optimizer, saved["model"], saved["optimizer"])
     else:
         unwrap(state.model).load_state_dict(saved["model"])
@@ -140,6 +143,8 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
         torch.use_deterministic_algorithms(True)
     loaders, meta = build_loaders(cfg, ctx, user)
     state = build_state(cfg, ctx, loaders, meta, user)
+    if cfg.checkpoint_format == "sharded" and ctx.distributed and run_dir is not None:
+        state.sharded_dir = Path(run_dir)  # one folder every rank writes to (else: the full format)
     if resume_from is not None:
         restore(state, resume_from, cfg)
         log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)
