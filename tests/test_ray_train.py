@@ -85,6 +85,17 @@ def test_resume_after_one_epoch_matches_uninterrupted(three_epochs):
     assert frame["val_acc"].notna().sum() == 3  # one validation row per epoch, across both sessions
 
 
+def test_fsdp_sharded_checkpoints_on_ray_resume_under_ddp(three_epochs):
+    first = orchestrator.launch(**DIGITS, epochs=3, stop_after_epochs=1, strategy="fsdp", checkpoint_format="sharded",
+                                name="sharded")
+    assert (first.checkpoint / "shards" / ".metadata").exists()  # Ray kept the folder every rank wrote into
+    assert not list(first.path.glob(".*sharded-step*"))  # the staging folders are gone
+    rest = orchestrator.launch(resume="sharded", stop_after_epochs=None, strategy="ddp", checkpoint_format="full",
+                               quiet=True)
+    assert rest.metrics["epoch"] == 3
+    assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(rest.checkpoint)) < 1e-5
+
+
 def test_new_run_with_an_existing_name_is_refused(three_epochs):
     from groundwork.errors import ConfigError
 
