@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -31,3 +32,20 @@ def provenance() -> dict[str, str]:
     """Where and how a result was made: the machine and the exact command, kept in every result file."""
     return {"machine": f"{platform.machine()}, Python {platform.python_version()}",
             "command": " ".join(["python3", *sys.argv])}
+
+
+ONE_GPU = ["--workers", "1", "--gpus-per-worker", "1", "--quiet"]
+SUMMARY_KEYS = ("tokens_per_s", "mfu", "peak_gpu_max_alloc_mib", "peak_gpu_mem_mib", "gpu_power_w",
+                "energy_j_per_token")
+
+
+def launch_summary(args: list[str], name: str, folder: Path) -> tuple[dict | None, str]:
+    """`orchestrator launch ARGS --name NAME` in FOLDER: (the run's summary.json figures, or None where the
+    launch failed; the last lines of its output, which say why)."""
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "launch", *args, "--name", name], cwd=folder,
+                          capture_output=True, text=True)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    if proc.returncode:
+        return None, tail
+    summary = json.loads((folder / "runs" / name / "summary.json").read_text())
+    return {k: summary[k] for k in SUMMARY_KEYS if k in summary}, tail

@@ -9,27 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from common import provenance, write_result
+from common import ONE_GPU, launch_summary, provenance, write_result
 
 RUN = ["--model", "llama-1b", "--dataset", "fake-tokens", "--seq-len", "1024", "--batch-size", "8", "--compile",
        "--optimizer", "sgd", "--lr", "1e-3", "--fake-samples", "1024", "--max-steps", "70", "--log-every", "10",
-       "--workers", "1", "--gpus-per-worker", "1", "--quiet"]
-KEEP = ("tokens_per_s", "mfu", "peak_gpu_max_alloc_mib", "peak_gpu_mem_mib", "gpu_power_w", "energy_j_per_token")
+       *ONE_GPU]
 
 
 def launch(precision: str, folder: Path, extra: list[str]) -> dict:
-    name = f"llama-{precision}"
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "launch", *RUN, *extra, "--precision", precision,
-                           "--name", name], cwd=folder, capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"{name} failed: {proc.stderr[-3000:]}")
-    summary = json.loads((folder / "runs" / name / "summary.json").read_text())
-    return {k: summary[k] for k in KEEP if k in summary}
+    summary, tail = launch_summary([*RUN, *extra, "--precision", precision], f"llama-{precision}", folder)
+    if summary is None:
+        raise SystemExit(f"llama-{precision} failed: {tail}")
+    return summary
 
 
 def main() -> None:

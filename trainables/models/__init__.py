@@ -40,6 +40,7 @@ MODELS: dict[str, ModelEntry] = {
     "resnet50": ModelEntry(lambda m: resnet(50, m.in_channels, m.num_classes), "image", "fake-images"),
     "gpt-char": ModelEntry(_gpt(4, 4, 128), "tokens", "stdlib-text"),
     "gpt2-124m": ModelEntry(_gpt(12, 12, 768), "tokens", "fake-tokens"),
+    "gpt-1.3b": ModelEntry(_gpt(24, 16, 2048), "tokens", "fake-tokens"),  # GPT-3 XL's shape (1024 tokens here)
     **{size: ModelEntry(lambda m, size=size: llama(size, m.num_classes, m.seq_len), "tokens",
                         "stdlib-text" if size == "llama-toy" else "fake-tokens") for size in LLAMA_SIZES},
 }

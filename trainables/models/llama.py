@@ -109,10 +109,11 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
-# name: (dim, layers, heads, kv heads, ffn) — Llama 3.2 1B and Llama 3 8B shapes (untied output here)
+# name: (dim, layers, heads, kv heads, ffn) — Llama 3.2 1B and 3B, Llama 3 8B shapes (untied output here)
 LLAMA_SIZES: dict[str, tuple[int, int, int, int, int]] = {
     "llama-toy": (128, 4, 4, 2, 352),
     "llama-1b": (2048, 16, 32, 8, 8192),
+    "llama-3b": (3072, 28, 24, 8, 8192),
     "llama-8b": (4096, 32, 32, 8, 14336),
 }
 
