@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cluster.spec import ClusterSpec, NodeGroup
 from groundwork.errors import ConfigError
@@ -51,6 +51,7 @@ class Plan:
     custom_resources: dict[str, float] = field(default_factory=dict)
     gpu_type: str | None = None  # the spec's gpus.type where every group the workers may use names the same
     mesh: tuple[int, int] | None = None  # hsdp: (replicas, workers per shard group)
+    mesh_link: str = ""  # hsdp: what joins a shard group ("one node", "one NVLink domain of 4 GPUs", ...)
 
     @property
     def use_gpu(self) -> bool:
@@ -72,7 +73,7 @@ class Plan:
             ("node groups", ", ".join(self.groups)),
             ("storage", self.storage_path),
             *([("mesh (hsdp)", f"{self.mesh[0]} replica(s) x {self.mesh[1]} shard(s): parameters gathered within"
-                 f" a group of {self.mesh[1]} worker(s) on one node, gradients all-reduced across the groups")]
+                 f" a group of {self.mesh[1]} worker(s) {self.mesh_link}, gradients all-reduced across the groups")]
               if self.mesh else []),
             *((f"env {k}", v) for k, v in sorted(self.env.items())),
         ]
@@ -182,23 +183,33 @@ def plan(spec: ClusterSpec, job: JobRequest) -> Plan:
         # A tiny amount of the group's resource pins workers to it without limiting how many fit.
         custom_resources={group_resource(job.node_group): 0.001} if job.node_group else {},
         gpu_type=_one_gpu_type(groups) if job.gpus_per_worker else None,
-        mesh=hsdp_mesh(groups, job, cpus) if job.hsdp else None,
+        **(hsdp_mesh(groups, job, cpus) if job.hsdp else {}),
     )
 
 
-def hsdp_mesh(groups: list[NodeGroup], job: JobRequest, cpus: int) -> tuple[int, int]:
-    """(replicas, shard group size): a group is the workers that share a node (its fast link: NVLink, PCIe),
-    replicas go across nodes (the network, InfiniBand). Refuses shapes that do not divide."""
-    per_node = min(n for g in groups if (n := _workers_per_node(g, cpus, job.gpus_per_worker)) > 0)
-    shard = job.shard_size or min(per_node, job.workers)
+def hsdp_mesh(groups: list[NodeGroup], job: JobRequest, cpus: int) -> dict[str, Any]:
+    """Plan's mesh (replicas, shard group size) and mesh_link. A shard group is the workers joined by the
+    fastest link: an NVLink domain where the spec names one (within a node or across nodes), else a node
+    (NVLink or PCIe); replicas go across groups (the network, InfiniBand). Refuses shapes that do not divide."""
+    shard, link = _shard_group(groups, job, cpus)
     if job.workers % shard:
-        raise ConfigError(f"hsdp: workers({job.workers}) do not divide into shard groups of {shard} (the workers"
-                          f" {'asked for' if job.shard_size else 'that fit a node'}): ask for a multiple of {shard}"
-                          " workers or set shard_size to a divisor")
+        raise ConfigError(f"hsdp: workers({job.workers}) do not divide into shard groups of {shard} (workers"
+                          f" {link}): ask for a multiple of {shard} workers or set shard_size to a divisor")
     if shard > 1 and job.placement in ("spread", "strict-spread"):
-        raise ConfigError(f"hsdp keeps each shard group of {shard} on one node: use placement pack or strict-pack,"
-                          f" not {job.placement}")
-    return job.workers // shard, shard
+        raise ConfigError(f"hsdp keeps each shard group of {shard} together ({link}): use placement pack or"
+                          f" strict-pack, not {job.placement}")
+    return {"mesh": (job.workers // shard, shard), "mesh_link": link}
+
+
+def _shard_group(groups: list[NodeGroup], job: JobRequest, cpus: int) -> tuple[int, str]:
+    """(workers per shard group, what joins them), before the workers asked for cap it."""
+    if job.shard_size:
+        return job.shard_size, "as shard_size asks"
+    per_node = min(n for g in groups if (n := _workers_per_node(g, cpus, job.gpus_per_worker)) > 0)
+    domains = {g.gpus.nvlink_domain for g in groups if g.gpus.count}
+    if job.gpus_per_worker >= 1 and len(domains) == 1 and (domain := domains.pop()):
+        return min(max(1, int(domain // job.gpus_per_worker)), job.workers), f"in one NVLink domain of {domain} GPUs"
+    return min(per_node, job.workers), "on one node"
 
 
 def _one_gpu_type(groups: list[NodeGroup]) -> str | None:

@@ -29,6 +29,17 @@ class GPUs(_Strict):
     count: int = Field(0, ge=0, le=64, description="GPUs per node")
     type: str | None = Field(None, description="e.g. H200, A100-80GB; checked against the live cluster")
     memory_gb: float | None = Field(None, gt=0)
+    nvlink_domain: int | None = Field(
+        None, ge=1, description="GPUs joined by one NVLink/NVSwitch fabric: none = a node's GPUs; fewer where"
+        " bridges pair them (2), more where the fabric spans nodes (GB200 NVL72: 72); hsdp shards within one")
+
+    @model_validator(mode="after")
+    def _domain_tiles_nodes(self) -> GPUs:
+        domain, count = self.nvlink_domain, self.count
+        if domain and count and domain % count and count % domain:
+            raise ValueError(f"nvlink_domain {domain} neither divides the node's {count} GPUs nor spans whole"
+                             f" nodes of them: give a divisor or a multiple of {count}")
+        return self
 
 
 class Network(_Strict):

@@ -64,11 +64,31 @@ def test_hsdp_shards_within_a_node_and_replicates_across_nodes():
             " node, gradients all-reduced across the groups") in p.describe()
     assert for_plan(TrainConfig(strategy="hsdp"), p).shard_size == 8
     assert plan(spec(), JobRequest(workers=16, gpus_per_worker=1, hsdp=True, shard_size=4)).mesh == (4, 4)
-    with pytest.raises(ConfigError, match=r"hsdp: workers\(12\) do not divide into shard groups of 8 \(the workers"
-                       r" that fit a node\): ask for a multiple of 8"):
+    with pytest.raises(ConfigError, match=r"hsdp: workers\(12\) do not divide into shard groups of 8 \(workers"
+                       r" on one node\): ask for a multiple of 8"):
         plan(spec(), JobRequest(workers=12, gpus_per_worker=1, hsdp=True))
-    with pytest.raises(ConfigError, match="hsdp keeps each shard group of 8 on one node: use placement pack"):
+    with pytest.raises(ConfigError, match=r"hsdp keeps each shard group of 8 together \(on one node\): use placement"):
         plan(spec(), JobRequest(workers=16, gpus_per_worker=1, hsdp=True, placement="spread"))
+
+
+def gpu_group(**gpus) -> dict:
+    return {"name": "gpu", "count": 4, "cpus": 64, "gpus": {"count": 8, "type": "H200", **gpus}}
+
+
+def test_hsdp_shards_within_the_nvlink_domain_the_spec_names():
+    head = {"name": "head", "role": "head", "cpus": 8}
+    paired = spec(node_groups=[head, gpu_group(nvlink_domain=2)])  # NVLink bridges join pairs of PCIe GPUs
+    p = plan(paired, JobRequest(workers=16, gpus_per_worker=1, hsdp=True))
+    assert p.mesh == (8, 2)
+    assert ("mesh (hsdp)", "8 replica(s) x 2 shard(s): parameters gathered within a group of 2 worker(s) in one"
+            " NVLink domain of 2 GPUs, gradients all-reduced across the groups") in p.describe()
+    assert plan(paired, JobRequest(workers=8, gpus_per_worker=2, hsdp=True)).mesh == (8, 1)  # a worker per pair
+    fabric = spec(node_groups=[head, gpu_group(nvlink_domain=16)])  # one NVSwitch fabric across two nodes
+    assert plan(fabric, JobRequest(workers=32, gpus_per_worker=1, hsdp=True)).mesh == (2, 16)
+    assert plan(fabric, JobRequest(workers=8, gpus_per_worker=1, hsdp=True)).mesh == (1, 8)
+    with pytest.raises(ValueError, match="nvlink_domain 3 neither divides the node's 8 GPUs nor spans whole nodes"
+                       " of them: give a divisor or a multiple of 8"):
+        spec(node_groups=[head, gpu_group(nvlink_domain=3)])
 
 
 def test_too_many_gpu_workers_names_the_factors():
