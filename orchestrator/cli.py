@@ -1,4 +1,5 @@
-"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool. Bad input is one line on stderr and exit code 2.
+"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool, top, jobs. Bad input is one line on stderr and
+exit code 2.
 
 Each command imports what it needs when it runs (the imports marked `deferred: per command`): parsing the
 flags and refusing a bad one needs neither torch nor Ray, which take seconds to import."""
@@ -53,7 +54,10 @@ def _launch_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="orchestrator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    _launch_flags(sub.add_parser("launch", help="train one model on Ray Train (embedded local Ray by default)"))
+    launch = sub.add_parser("launch", help="train one model on Ray Train (embedded local Ray by default)")
+    _launch_flags(launch)
+    launch.add_argument("--detach", action="store_true", help="submit the launch to the cluster as a Ray job and"
+                        " return at once: it runs on when this terminal closes (see `orchestrator jobs`)")
     _launch_flags(sub.add_parser("plan", help="print the plan a launch would use, start nothing"))
     sweep = sub.add_parser("sweep", help="hyperparameter sweep: Ray Tune over full Ray Train runs")
     sweep.add_argument("--config", help="a sweep YAML (see --schema)")
@@ -80,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--address", help="Ray cluster to read (default: the spec's address, else this machine)")
     top.add_argument("--cluster", help="cluster spec YAML (default: this machine)")
     top.add_argument("--once", action="store_true", help="print one table and exit (default: refresh until Ctrl-C)")
+    jobs = sub.add_parser("jobs", help="detached runs on a cluster: list, status, logs [-f], stop, wait")
+    jobs.add_argument("action", choices=("list", "status", "logs", "stop", "wait"))
+    jobs.add_argument("run", nargs="?", help="a run name or Ray job id (all but list)")
+    jobs.add_argument("--address", help="the cluster (default: the spec's address, else `cluster up`'s)")
+    jobs.add_argument("--cluster", help="cluster spec YAML whose address to use")
+    jobs.add_argument("-f", "--follow", action="store_true", help="logs: stream until the job ends")
     pool = sub.add_parser("pool", help="keep a worker group warm on a running cluster for launches that join it")
     pool_sub = pool.add_subparsers(dest="pool_command", required=True, parser_class=OneLineParser)
     pool_up = pool_sub.add_parser("up", help="start the pool's workers (the shape of the launches to run on it)")
@@ -121,6 +131,8 @@ def _config_from(args: argparse.Namespace) -> LaunchConfig:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     cfg = _config_from(args)  # first: a bad setting is refused before torch and Ray are imported
+    if args.detach:
+        return detached_launch(cfg, args.resume is not None)
     from orchestrator.launcher.launch import launch  # deferred: per command (imports torch and Ray)
     from orchestrator.launcher.summary import summary_lines  # deferred: with launch
 
@@ -132,6 +144,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     Console(stderr=True, width=200).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}"
                                           f"{details}\n  results: {result.path}", soft_wrap=True, highlight=False)
     return 0
+
+
+def detached_launch(cfg: LaunchConfig, resume: bool) -> int:
+    from orchestrator.jobs.submit import detach  # deferred: per command (imports torch and Ray)
+
+    job_id, name, run_dir = detach(cfg, resume)
+    print(f"run {name} submitted as job {job_id}; results: {run_dir}\n  follow: orchestrator jobs logs {name} -f"
+          f"\n  stop: orchestrator jobs stop {name}  (then --resume {name} continues it)")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.action != "list" and not args.run:
+        raise ConfigError(f"jobs {args.action} needs a run name or job id: see `orchestrator jobs list`")
+    address = args.address or (load_spec(args.cluster).address if args.cluster else None)
+    from orchestrator.jobs.client import default_address, jobs_api, jobs_client  # deferred: imports Ray
+    from orchestrator.jobs.control import act  # deferred: as above
+
+    address = default_address(address, None)
+    client = jobs_client(address)
+    with jobs_api(address):
+        return act(client, args.action, args.run, args.follow)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -286,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             return doctor(args.address, with_ray=not args.no_ray)
         commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,
-                    "pool": cmd_pool, "top": cmd_top}
+                    "pool": cmd_pool, "top": cmd_top, "jobs": cmd_jobs}
         return commands[args.command](args)
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)

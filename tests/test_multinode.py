@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ from conftest import DATA, run_cli
 from helpers import final_weights, max_abs_diff, script_pids
 
 from cluster.spec import load_spec
-from orchestrator.admin.nodes import _env, _kill_tree, down, temp_dir, up
+from orchestrator.admin.nodes import STATE, _env, _kill_tree, down, temp_dir, up
 from trainables.config import TrainConfig
 from trainables.local import train_locally
 
@@ -24,7 +25,11 @@ TWO_NODES = DATA / "clusters" / "two_nodes.yaml"
 
 @pytest.fixture(scope="module")
 def two_nodes():
+    if not STATE.exists():  # a state file left by a killed session, none of its processes alive: not a block
+        STATE.parent.mkdir(parents=True, exist_ok=True)
+        STATE.write_text(json.dumps({"address": "127.0.0.1:6399", "port": 6399, "cluster": "gone", "nodes": 2}))
     address = up(load_spec(TWO_NODES), port=6390)
+    assert json.loads(STATE.read_text())["port"] == 6390
     yield address
     down()
 

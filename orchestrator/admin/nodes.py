@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec, NodeGroup
+from groundwork.address import free_port
 from groundwork.errors import ConfigError
 from orchestrator.raytrain.auth import ensure_token
 
@@ -23,22 +24,25 @@ STATE = Path.home() / ".orchestrator" / "local-cluster.json"
 
 def _env() -> dict[str, str]:
     # Token auth stays on: the head makes the token (~/.ray/auth_token), joining nodes must present it.
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
-    # An embedded Ray in this process sets Ray's single-host switch, under which `ray start` refuses to add
-    # a node; orchestrator.admin.raystart keeps loopback by itself.
-    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    return env
+    # Ray's single-host switch: every process of the cluster (raylets, dashboard agents and their job agent,
+    # workers) then takes 127.0.0.1 for this node's address instead of the LAN one, which nothing listens
+    # on. `ray start` refuses to add a node under it; orchestrator.admin.raystart lifts that for itself.
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def _node_args(group: NodeGroup) -> list[str]:
     resources = {group_resource(group.name): 1000}
+    # Each node's dashboard agent needs its own HTTP port on one machine (Ray's default, 52365, is one).
     return ["--num-cpus", str(group.cpus), "--num-gpus", str(group.gpus.count),
-            "--resources", json.dumps(resources), "--node-ip-address", "127.0.0.1"]
+            "--resources", json.dumps(resources), "--node-ip-address", "127.0.0.1",
+            "--dashboard-agent-listen-port", str(free_port())]
 
 
-def _start(args: list[str]) -> None:
+def _start(args: list[str], node: int) -> None:
     command = [sys.executable, "-m", "orchestrator.admin.raystart", "start", *args]
-    proc = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=180)
+    env = {**_env(), "ORCHESTRATOR_RUNTIME_ENV_DIR": f"runtime_resources_node{node}"}  # see raystart
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise ConfigError(f"ray start failed: {tail[0]}")
@@ -53,17 +57,21 @@ def temp_dir(port: int) -> str:
 def up(spec: ClusterSpec, port: int = 6390) -> str:
     """Start one Ray node per node of the spec (head first) and return the head's address."""
     if STATE.exists():
-        raise ConfigError(f"a local cluster is already up ({json.loads(STATE.read_text())['address']}):"
-                          " run `orchestrator cluster down` first")
+        state = json.loads(STATE.read_text())
+        if _pids_naming(temp_dir(state["port"])):
+            raise ConfigError(f"a local cluster is already up ({state['address']}):"
+                              " run `orchestrator cluster down` first")
+        STATE.unlink()  # its processes are gone (a reboot, a killed session): the file is stale
     head = spec.head
     ensure_token()  # the head reads it, joining nodes and drivers present it (a fresh machine has none)
-    _start(["--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats",
-            "--temp-dir", temp_dir(port), *_node_args(head)])
+    # The dashboard serves Ray's Jobs API (`launch --detach`, `orchestrator jobs`): on loopback only.
+    _start(["--head", "--port", str(port), "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
+            "--disable-usage-stats", "--temp-dir", temp_dir(port), *_node_args(head)], node=0)
     address = f"127.0.0.1:{port}"
+    others = [g for g in spec.node_groups for _ in range(g.count - (1 if g is head else 0))]
     try:
-        for group in spec.node_groups:
-            for _ in range(group.count - (1 if group is head else 0)):
-                _start(["--address", address, *_node_args(group)])
+        for node, group in enumerate(others, start=1):
+            _start(["--address", address, *_node_args(group)], node)
     except ConfigError:
         _kill_tree(temp_dir(port))
         raise

@@ -1,0 +1,76 @@
+"""`orchestrator launch --detach`: the same launch, checked here first, run as a Ray job on the cluster. The
+job's driver is `python -m orchestrator.jobs.entry` on the head node, so closing this terminal (or losing the
+SSH connection) does not end the run.
+
+What the job gets: this folder as its working_dir (the user's own modules, scripts and data, without the run
+folders, virtualenvs and git history), the orchestrator's own packages as py_modules (the version that
+checked the launch is the version that runs it), and the launch as JSON: its settings and the cluster spec
+with the storage path made absolute, so the run folder is the one this machine named."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from cluster.spec import ClusterSpec
+from orchestrator.config import LaunchConfig
+from orchestrator.jobs.client import META_KEY, jobs_api, jobs_client
+from orchestrator.launcher.launch import prepare_run
+from orchestrator.preflight import checked_plan
+
+PAYLOAD_ENV = "ORCHESTRATOR_DETACHED"  # the launch, for orchestrator.jobs.entry
+STOP_GRACE_S = 60  # Ray's job stop: SIGTERM, then SIGKILL after this (Ray's default, 3 s, is too short to end
+# every rank and write the run's rows)
+NOT_SHIPPED = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache"]
+OWN_PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
+
+
+def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
+    """Submit the launch; (Ray's job id, the run's name, its folder). Every check of a launch runs here first."""
+    spec, the_plan, address = checked_plan(cfg)
+    if address is None:
+        from orchestrator.jobs.client import default_address  # the `cluster up` one, else a one-line refusal
+
+        address = default_address(None, None)
+    cfg, run_dir = prepare_run(cfg, the_plan, resume)
+    payload = {"launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path), "resume": resume}
+    client = jobs_client(address)
+    with jobs_api(address):
+        job_id = client.submit_job(
+            entrypoint=f"{python_on(address)} -m orchestrator.jobs.entry",
+            runtime_env=runtime_env(payload, Path(the_plan.storage_path)),
+            metadata={META_KEY: "launch", "run": cfg.name or "", "run_dir": str(run_dir)})
+    return job_id, cfg.name or "", run_dir
+
+
+def spec_for_job(spec: ClusterSpec, storage_path: str) -> dict:
+    """The spec as the job reads it: the storage path resolved here (a relative one would land in the job's
+    temporary working_dir)."""
+    data = spec.model_dump(mode="json")
+    data["storage"]["path"] = storage_path
+    return data
+
+
+def python_on(address: str) -> str:
+    """The interpreter of the job's driver: this one for a cluster on this machine (`cluster up`), else the
+    head's `python` (as `ray job submit` assumes: the cluster's environment has the dependencies)."""
+    host = address.rsplit(":", 1)[0]
+    return shlex.quote(sys.executable) if host in ("127.0.0.1", "localhost") else "python"
+
+
+def runtime_env(payload: dict, storage: Path) -> dict:
+    here = Path.cwd()
+    excludes = list(NOT_SHIPPED)
+    if storage.is_relative_to(here):  # the run folders: checkpoints are not code
+        excludes.append("/" + str(storage.relative_to(here)))
+    roots = {p: Path(sys.modules[p].__file__).parent for p in OWN_PACKAGES}
+    return {
+        "working_dir": str(here),
+        "excludes": excludes,
+        "py_modules": [str(path) for path in roots.values()],
+        "env_vars": {PAYLOAD_ENV: json.dumps(payload), "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
+                     **({"RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]} if "RAY_AUTH_MODE" in os.environ else {})},
+    }
