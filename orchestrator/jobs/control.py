@@ -16,26 +16,33 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.jobs.client import find_job, our_jobs, run_dir_of
+from orchestrator.launcher.results import read_rows
 
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60's record of a run's checkpoints
 EXIT_OF_STATE = {JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 1, JobStatus.STOPPED: 130}
 
 
 def progress(run_dir: Path) -> tuple[str, str]:
-    """(how far the run got, its best validation metric) from its newest checkpoints; "" where none."""
-    try:
-        snapshot = json.loads((run_dir / RAY_SNAPSHOT).read_text())
-    except (OSError, ValueError):
-        return "", ""
-    rows = [r["metrics"] for r in snapshot.get("checkpoint_results", [])]
+    """(how far the run got, its best validation metric): from its rows once it ended, else from the newest
+    checkpoints Ray Train recorded; "" where there is neither."""
+    rows = read_rows(run_dir) or checkpoint_rows(run_dir)
     if not rows:
         return "", ""
     last = rows[-1]
-    where = f"epoch {last['epoch']}, step {last['step']}" if "epoch" in last else f"report {last.get('report', '?')}"
-    if any("val_acc" in r for r in rows):
-        return where, f"val_acc {max(r.get('val_acc', 0.0) for r in rows):.4g}"
+    where = (f"epoch {last['epoch']:g}, step {last['step']:g}" if last.get("epoch") is not None
+             else f"report {last.get('report', '?')}")
+    if accs := [r["val_acc"] for r in rows if r.get("val_acc") is not None]:
+        return where, f"val_acc {max(accs):.4g}"
     losses = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
     return where, f"val_loss {min(losses):.4g}" if losses else ""
+
+
+def checkpoint_rows(run_dir: Path) -> list[dict]:
+    try:
+        snapshot = json.loads((run_dir / RAY_SNAPSHOT).read_text())
+    except (OSError, ValueError):
+        return []
+    return [r["metrics"] for r in snapshot.get("checkpoint_results", [])]
 
 
 def _started(job: JobDetails) -> str:
@@ -74,7 +81,7 @@ def logs(client: JobSubmissionClient, key: str, follow: bool) -> None:
 
 
 def stop(client: JobSubmissionClient, key: str, timeout_s: float = 120) -> str:
-    """Stop the job (SIGTERM to its driver, which ends every rank and keeps the newest checkpoint) and wait
+    """Stop the job (SIGINT to its driver, which ends every rank and keeps the newest checkpoint) and wait
     until Ray says it ended; the run's name."""
     job = find_job(client, key)
     client.stop_job(job.submission_id)

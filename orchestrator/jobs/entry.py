@@ -1,28 +1,26 @@
 """The driver of a detached launch (`python -m orchestrator.jobs.entry`, run by Ray's job supervisor on the
 head node): the launch this machine checked and named, run as `orchestrator launch` would run it, on the
-cluster the job belongs to. Ray's job stop sends SIGTERM: it ends the run as Ctrl-C does (every rank stopped,
-the rows written, the newest checkpoint kept; `--resume` continues it)."""
+cluster the job belongs to. `orchestrator jobs stop` has Ray send SIGINT (see submit.STOP_SIGNAL): it ends the
+run as Ctrl-C does (every rank stopped, the rows written, the newest checkpoint kept; `--resume` continues it)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
 
-from orchestrator.cli import main
 from orchestrator.jobs.submit import PAYLOAD_ENV
 
 SPEC_FILE = "cluster.yaml"  # in the run folder of a detached run: the spec it ran on (launch.yaml names it)
+SUBMITTED_FILE = "submitted.yaml"  # beside it: the settings as submitted (launch.yaml, once written, resolved)
 
 
-def argv_for(payload: dict, folder: Path, address: str | None) -> list[str]:
-    """`orchestrator launch` arguments for the payload; the spec goes into the run's folder (a `--resume` from
-    any machine that sees the folder finds it there), the settings into `folder`."""
+def argv_for(payload: dict, address: str | None) -> list[str]:
+    """`orchestrator launch` arguments for the payload. The spec and settings go into the run's folder: a
+    `--resume` from any machine that sees the folder finds them there."""
     launch, spec = payload["launch"], payload["spec"]
     run_dir = Path(spec["storage"]["path"]) / launch["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -30,17 +28,17 @@ def argv_for(payload: dict, folder: Path, address: str | None) -> list[str]:
     where = ["--cluster", str(run_dir / SPEC_FILE), *(["--address", address] if address else [])]
     if payload["resume"]:
         return ["launch", "--resume", launch["name"], *where]
-    (folder / "launch.yaml").write_text(yaml.safe_dump(launch, sort_keys=False))
-    return ["launch", "--config", str(folder / "launch.yaml"), *where]
+    (run_dir / SUBMITTED_FILE).write_text(yaml.safe_dump(launch, sort_keys=False))
+    return ["launch", "--config", str(run_dir / SUBMITTED_FILE), *where]
 
 
-def run() -> int:
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `jobs stop`: as Ctrl-C
+def run() -> None:
     payload = json.loads(os.environ[PAYLOAD_ENV])
-    with tempfile.TemporaryDirectory(prefix="orchestrator-job-") as tmp:
-        # Ray's RAY_ADDRESS: the cluster this job runs on, as the head sees it
-        return main(argv_for(payload, Path(tmp), os.environ.get("RAY_ADDRESS")))
+    # Ray's RAY_ADDRESS: the cluster this job runs on, as the head sees it. The process becomes the CLI's
+    # own launch: its exit code is the job's, its signals (Ray's stop) reach the launch unchanged.
+    argv = argv_for(payload, os.environ.get("RAY_ADDRESS"))
+    os.execv(sys.executable, [sys.executable, "-m", "orchestrator", *argv])
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    run()

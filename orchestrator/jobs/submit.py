@@ -22,8 +22,10 @@ from orchestrator.launcher.launch import prepare_run
 from orchestrator.preflight import checked_plan
 
 PAYLOAD_ENV = "ORCHESTRATOR_DETACHED"  # the launch, for orchestrator.jobs.entry
-STOP_GRACE_S = 60  # Ray's job stop: SIGTERM, then SIGKILL after this (Ray's default, 3 s, is too short to end
-# every rank and write the run's rows)
+# Ray's job stop: STOP_SIGNAL to the driver, then SIGKILL after STOP_GRACE_S (Ray's default, 3 s, is too short
+# to end every rank and write the run's rows). SIGINT, not Ray's SIGTERM: ray.init makes SIGTERM a bare
+# sys.exit in a driver, where SIGINT ends the launch as Ctrl-C does.
+STOP_SIGNAL, STOP_GRACE_S = "SIGINT", 60
 NOT_SHIPPED = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache"]
 OWN_PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
 
@@ -71,6 +73,7 @@ def runtime_env(payload: dict, storage: Path) -> dict:
         "working_dir": str(here),
         "excludes": excludes,
         "py_modules": [str(path) for path in roots.values()],
-        "env_vars": {PAYLOAD_ENV: json.dumps(payload), "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
+        "env_vars": {PAYLOAD_ENV: json.dumps(payload), "RAY_JOB_STOP_SIGNAL": STOP_SIGNAL,
+                     "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
                      **({"RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]} if "RAY_AUTH_MODE" in os.environ else {})},
     }
