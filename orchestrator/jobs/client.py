@@ -26,8 +26,8 @@ def default_address(address: str | None, spec_address: str | None) -> str:
     """--address, else the cluster spec's, else the cluster `orchestrator cluster up` started here."""
     found = address or spec_address or (json.loads(STATE.read_text())["address"] if STATE.exists() else None)
     if found is None:
-        raise ConfigError("no cluster to submit to: pass --address (start one on this machine with"
-                          " `orchestrator cluster up SPEC`)")
+        raise ConfigError("no Ray cluster named: pass --address HOST:PORT or a --cluster spec with an address"
+                          " (or start one on this machine with `orchestrator cluster up SPEC`)")
     return found
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cluster.spec import ClusterSpec
 from orchestrator.config import LaunchConfig
-from orchestrator.jobs.client import META_KEY, jobs_api, jobs_client
+from orchestrator.jobs.client import META_KEY, default_address, jobs_api, jobs_client
 from orchestrator.launcher.launch import prepare_run
 from orchestrator.preflight import checked_plan
 
@@ -33,11 +33,8 @@ OWN_PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
 def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
     """Submit the launch; (Ray's job id, the run's name, its folder). Every check of a launch runs here first."""
     spec, the_plan, address = checked_plan(cfg)
-    if address is None:
-        from orchestrator.jobs.client import default_address  # the `cluster up` one, else a one-line refusal
-
-        address = default_address(None, None)
     cfg, run_dir = prepare_run(cfg, the_plan, resume)
+    address = default_address(address, None)  # none given: the `cluster up` one, else a one-line refusal
     payload = {"launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path), "resume": resume}
     client = jobs_client(address)
     with jobs_api(address):
