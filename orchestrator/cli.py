@@ -46,7 +46,7 @@ def _launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a launch YAML (e.g. a sweep's best.yaml); flags override it")
     parser.add_argument("--resume", metavar="RUN", help="continue run RUN from its latest checkpoint")
     add_model_flags(parser, TrainConfig, prefix="o.train.")
-    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train", "user", "args"))
+    add_model_flags(parser, LaunchConfig, prefix="o.", skip=("train", "user", "args", "min_workers"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="user_settings",
                         help="one of your own settings (repeatable), typed as YAML reads it: --set hidden=64")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cluster.plan import JobRequest, Placement, resolve_storage
 from cluster.spec import load_spec
@@ -29,11 +29,33 @@ LAUNCH_FILE = "launch.yaml"  # in every run folder: what the run started with
 USER_PREFIX = "user."  # a sweep space's or a flat setting's name for one of the user's own settings
 
 
+TEXT_FLAG = {"flag_type": "str"}  # a field whose flag takes text the model parses (workers: 2 or 1..4)
+WORKER_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+
+
+def worker_range(value: Any) -> dict[str, Any]:
+    """`workers` as given ("1..4", {min: 1, max: 4}, 2, "2") as the fields workers and min_workers."""
+    if isinstance(value, dict) and set(value) == {"min", "max"}:
+        least, most = value["min"], value["max"]
+    elif isinstance(value, str) and (match := WORKER_RANGE.match(value)):
+        least, most = int(match.group(1)), int(match.group(2))
+    elif isinstance(value, str) and ".." in value or isinstance(value, dict):
+        raise ValueError(f"workers {value!r}: give a count (2), or MIN..MAX (1..4; in YAML also {{min: 1, max: 4}})")
+    else:
+        return {"workers": value}
+    if isinstance(least, int) and isinstance(most, int) and not 1 <= least <= most:
+        raise ValueError(f"workers {least}..{most}: give 1 <= MIN <= MAX")
+    return {"workers": most, "min_workers": least}
+
+
 class LaunchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a finite number where one is meant
 
     train: TrainConfig = Field(default_factory=TrainConfig)
-    workers: int = Field(2, ge=1, description="Ray Train workers (DDP ranks)")
+    workers: int = Field(2, ge=1, description="Ray Train workers (DDP ranks); MIN..MAX: elastic, from MIN up to"
+                         " MAX as nodes allow, going on with fewer after a node is lost", json_schema_extra=TEXT_FLAG)
+    min_workers: int | None = Field(None, ge=1, description="elastic: the fewest workers the run goes on with (set"
+                                    " by workers MIN..MAX, or `workers: {min: 1, max: 4}`)")
     gpus_per_worker: float = Field(0, ge=0, description="GPUs per worker; a fraction (e.g. 0.5) lets 1-worker"
                                    " jobs, such as sweep trials, share a GPU")
     cpus_per_worker: int | None = Field(None, ge=1, description="default: the node's CPUs shared out")
@@ -67,6 +89,13 @@ class LaunchConfig(BaseModel):
 
     # Fields are validated in order, so a rule on a later field sees the earlier ones in `info.data`.
 
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_range(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "workers" in data:
+            return {**data, **worker_range(data["workers"])}
+        return data
+
     @field_validator("workers")
     @classmethod
     def _dp_is_one_worker(cls, workers: int, info: ValidationInfo) -> int:
@@ -74,6 +103,19 @@ class LaunchConfig(BaseModel):
         if train is not None and train.strategy == "dp" and workers > 1:
             raise ValueError(f"strategy dp runs in one worker, not {workers}: use ddp across workers")
         return workers
+
+    @field_validator("min_workers")
+    @classmethod
+    def _elastic(cls, least: int | None, info: ValidationInfo) -> int | None:
+        most, train = info.data.get("workers"), info.data.get("train")
+        if least is None or most is None:
+            return least
+        if least > most:
+            raise ValueError(f"{least} exceeds workers ({most}): give workers MIN..MAX with MIN <= MAX")
+        if train is not None and train.strategy not in ("ddp", "fsdp"):
+            raise ValueError(f"elastic workers ({least}..{most}) need strategy ddp or fsdp (it is {train.strategy}):"
+                             " its mesh or stages are fixed to a worker count")
+        return None if least == most else least
 
     @field_validator("gpus_per_worker")
     @classmethod

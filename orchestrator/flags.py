@@ -33,6 +33,8 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], pre
 def _add_flag(parser: argparse.ArgumentParser, dest: str, name: str, field: FieldInfo) -> None:
     flag = "--" + name.replace("_", "-")
     kind, choices = _base_type(field.annotation)
+    if (field.json_schema_extra or {}).get("flag_type") == "str":  # text the model parses itself
+        kind = str
     help_text = (field.description or "") + (f" (default: {field.default})" if field.default is not None else "")
     if kind is bool:
         parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,

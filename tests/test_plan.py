@@ -10,6 +10,7 @@ from cluster.plan import JobRequest, plan
 from cluster.spec import ClusterSpec
 from groundwork.errors import ConfigError
 from orchestrator.config import resolve_launch
+from trainables.config import TrainConfig, for_world
 
 
 def spec(**overrides) -> ClusterSpec:
@@ -170,3 +171,23 @@ def test_a_cross_field_rule_in_a_file_names_its_line(tmp_path):
     (tmp_path / "launch.yaml").write_text("workers: 2\ngpus_per_worker: 0.5\n")
     with pytest.raises(ConfigError, match=r"launch.yaml:2: gpus_per_worker: gpus_per_worker=0.5 shares a GPU"):
         resolve_launch({}, config_file=str(tmp_path / "launch.yaml"))
+
+
+@pytest.mark.parametrize("given, workers, least", [("1..4", 4, 1), (" 2 .. 3 ", 3, 2), ({"min": 2, "max": 2}, 2, None),
+                                                   (3, 3, None), ("3", 3, None)])
+def test_workers_min_max_sets_the_elastic_range(given, workers, least):
+    cfg = resolve_launch({"workers": given})
+    assert (cfg.workers, cfg.min_workers) == (workers, least)
+    assert cfg.job_request().workers == workers  # the plan places the most
+
+
+def test_an_elastic_run_with_fewer_workers_keeps_the_planned_global_batch():
+    cfg = TrainConfig(batch_size=16, grad_accum=1)
+    same, line = for_world(cfg, 2, 2)
+    assert same is cfg and line is None
+    fewer, line = for_world(cfg, 1, 2)  # half the workers: twice the micro-batches
+    assert (fewer.batch_size, fewer.grad_accum) == (16, 2) and "global batch at 32" in line
+    odd, _ = for_world(cfg, 2, 3)  # 3 x 16 over 2 workers: a larger batch each
+    assert (odd.batch_size, odd.grad_accum) == (24, 1)
+    kept, line = for_world(cfg, 3, 4)  # 64 samples do not split over 3 workers: said, not hidden
+    assert kept is cfg and "does not split evenly" in line

@@ -120,3 +120,21 @@ class TrainConfig(BaseModel):
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self
+
+
+def for_world(cfg: TrainConfig, world: int, planned: int) -> tuple[TrainConfig, str | None]:
+    """`cfg`, planned for `planned` workers, on `world` of them (an elastic run that started or restarted
+    with fewer, or grew) with the same global batch: more micro-batches per step where they divide evenly,
+    else a larger per-worker batch; and a line saying what changed (None: nothing did)."""
+    if world == planned or planned < 1:
+        return cfg, None
+    samples = cfg.batch_size * cfg.grad_accum * planned  # the global batch the run was planned with
+    if (cfg.grad_accum * planned) % world == 0:
+        changed = cfg.model_copy(update={"grad_accum": cfg.grad_accum * planned // world})
+    elif samples % (world * cfg.grad_accum) == 0:
+        changed = cfg.model_copy(update={"batch_size": samples // (world * cfg.grad_accum)})
+    else:
+        return cfg, (f"{world} of {planned} workers: a global batch of {samples} does not split evenly over them;"
+                     f" it is {cfg.batch_size * cfg.grad_accum * world} now")
+    return changed, (f"{world} of {planned} workers: batch_size {changed.batch_size} x grad_accum"
+                     f" {changed.grad_accum} per worker keeps the global batch at {samples}")

@@ -213,6 +213,7 @@ class Meter:
             "loss": loss,
             "lr": state.optimizer.param_groups[0]["lr"],
             "samples_per_s": self.steps * self.samples_per_step / elapsed,
+            "world_size": self.world_size,  # an elastic run's changes as it loses or gains workers
         }
         if self.tokens_per_sample:
             row["tokens_per_s"] = row["samples_per_s"] * self.tokens_per_sample

@@ -69,7 +69,8 @@ def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool, the_plan: Plan | 
     return Job(name=run_dir.name, train=for_plan(cfg.train, the_plan), kind=cfg.kind, entry=cfg.entry,
                run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
                resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else (),
-               command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures)
+               command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures,
+               planned_world=cfg.workers)
 
 
 def for_plan(train: TrainConfig, the_plan: Plan | None) -> TrainConfig:

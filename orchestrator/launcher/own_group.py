@@ -20,6 +20,7 @@ from orchestrator.launcher.progress import LiveRows, progress_bar
 from orchestrator.launcher.tail import LogTail
 from orchestrator.launcher.trackers import both, trackers
 from orchestrator.raytrain.job import Job, WorkerArgs
+from orchestrator.raytrain.session import on_this_node
 from orchestrator.raytrain.sink import MetricsSink
 from orchestrator.raytrain.trainer import failure_line, make_trainer
 from orchestrator.raytrain.watchdog import Watchdog
@@ -56,15 +57,21 @@ def collect_nsight_reports(folder: Path) -> None:
     log.warning("%d Nsight Systems report(s) in %s", len(reports), folder)
 
 
+def restarts_allowed(cfg: LaunchConfig) -> int:
+    """--max-failures, and for an elastic run one more restart for each worker it may lose (a lost node is
+    what elasticity is for, not a failure of the run)."""
+    return cfg.max_failures + (cfg.workers - cfg.min_workers if cfg.min_workers else 0)
+
+
 def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                   run_dir: Path) -> tuple[list[dict[str, float]], Path | None]:
     """Run the job on a new worker group; returns its rows and its latest checkpoint."""
-    sink = RemoteSink.options(name=sink_name(run_dir.name)).remote()
+    sink = RemoteSink.options(name=sink_name(run_dir.name), scheduling_strategy=on_this_node()).remote()
     # A script's workers only coordinate over their own process group (gloo); the script makes its own.
     trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
-                           keep_checkpoints=cfg.keep_checkpoints, max_failures=cfg.max_failures,
+                           keep_checkpoints=cfg.keep_checkpoints, max_failures=restarts_allowed(cfg),
                            datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None,
-                           nsight=cfg.nsys)
+                           nsight=cfg.nsys, min_workers=cfg.min_workers)
     bar, update = terminal(cfg, job, run_dir)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
     try:

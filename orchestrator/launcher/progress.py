@@ -38,6 +38,15 @@ def validation_line(row: dict) -> str:
     return f"epoch {row.get('epoch', 0):g}  step {int(row.get('step', 0))}  val_loss {row['val_loss']:.4f}{acc}"
 
 
+def world_change(before: float | None, row: dict) -> str | None:
+    """A line when an elastic run goes on with fewer (a node lost) or more workers than its rows had."""
+    now = row.get("world_size")
+    if before is None or now is None or now == before:
+        return None
+    return (f"step {int(row.get('step', 0))}: {now:g} worker(s), was {before:g} (resumed from the newest"
+            " checkpoint, global batch kept)")
+
+
 def progress_bar(epochs: int | None) -> tuple[Progress, Callable[[list[dict]], None]]:
     """The shared loop's bar (epochs known), or a train function's (`epochs` None: its own reports, and their
     rate, drive it)."""
@@ -49,11 +58,15 @@ def progress_bar(epochs: int | None) -> tuple[Progress, Callable[[list[dict]], N
     started = time.monotonic()
 
     printed = [0]  # rows already looked at for validation lines
+    world: list[float | None] = [None]  # the workers of the newest row that says
 
     def update(rows: list[dict]) -> None:
-        for row in rows[printed[0]:]:  # one line per validation, kept above the bar
+        for row in rows[printed[0]:]:  # lines kept above the bar
             if row.get("val_loss") is not None:
                 progress.console.print(validation_line(row))
+            if (change := world_change(world[0], row)) is not None:
+                progress.console.print(change)
+            world[0] = row.get("world_size", world[0])
         printed[0] = len(rows)
         last = rows[-1]
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)

@@ -36,6 +36,7 @@ class Job:
     cwd: str | None = None  # kind "script": where it runs (the folder the launch came from)
     tee: bool = False  # kind "script": every rank's output to the terminal, not only rank 0's
     max_restarts: int = 0  # kind "script": TORCHELASTIC_MAX_RESTARTS
+    planned_world: int = 0  # the worker count `train`'s batch settings are for (an elastic run may have fewer)
 
     def __post_init__(self) -> None:
         if (self.kind == "function") != (self.entry is not None) or (self.kind == "script") != bool(self.command):

@@ -22,6 +22,7 @@ present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
 from ray._private import ray_constants  # noqa: E402
 from ray._private.authentication import authentication_token_setup as ray_auth  # noqa: E402  (Ray 2.60)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from orchestrator.raytrain.auth import ensure_token, warn_if_open  # noqa: E402
 
@@ -108,3 +109,10 @@ def driver_logs(verbose: bool) -> Iterator[None]:
         yield
     finally:
         ray_log.setLevel(level)
+
+
+def on_this_node() -> NodeAffinitySchedulingStrategy:
+    """Where the driver's own actors go (a run's sink, a sweep's desks and registry): on the driver's node,
+    which lives as long as the driver does. Anywhere else, losing that node (what an elastic run survives)
+    would take the run's bookkeeping with it."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

@@ -92,15 +92,18 @@ def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
                  datasets: dict[str, str] | None = None, backend: str | None = None,
-                 nsight: bool = False) -> TorchTrainer:
+                 nsight: bool = False, min_workers: int | None = None) -> TorchTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
-    workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate)."""
+    workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate).
+    With `min_workers`, elastic (Train V2): the group starts with as many of the plan's workers as fit, at
+    least `min_workers`, and restarts with those that remain after a node is lost."""
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
         torch_config=TorchConfig(backend=backend or the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
-            num_workers=the_plan.workers, use_gpu=the_plan.use_gpu,
+            num_workers=(min_workers, the_plan.workers) if min_workers else the_plan.workers,
+            use_gpu=the_plan.use_gpu,
             resources_per_worker=the_plan.resources_per_worker,
             placement_strategy=the_plan.placement_strategy,
         ),

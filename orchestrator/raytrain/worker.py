@@ -21,6 +21,7 @@ from orchestrator.raytrain.logs import rank_output, setup_rank_logging
 from orchestrator.raytrain.script import run_script
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.checkpoint import resume_state
+from trainables.config import TrainConfig, for_world
 from trainables.context import DistContext
 from trainables.run import run_training
 
@@ -73,6 +74,14 @@ def heartbeat(sink: Any, ctx: DistContext) -> contextlib.AbstractContextManager:
     return Heartbeat(sink, ctx.rank, ray.get_runtime_context().get_node_id(), worker)
 
 
+def train_for(job: Job, ctx: DistContext) -> TrainConfig:
+    """The job's settings on the workers this (re)start got: an elastic run keeps its global batch."""
+    train, change = for_world(job.train, ctx.world_size, job.planned_world)
+    if change and ctx.is_main:
+        log.warning("%s", change)
+    return train
+
+
 def train_worker(args: WorkerArgs) -> None:
     ctx = ray_context()
     job = args.job
@@ -91,8 +100,8 @@ def train_worker(args: WorkerArgs) -> None:
             elif job.kind == "script":
                 run_script(job, ctx, args.sink, beat)
             else:
-                run_training(job.train, ctx, RayReporter(args.sink, beat), latest_state(job), job.run_dir,
-                             job.user)
+                run_training(train_for(job, ctx), ctx, RayReporter(args.sink, beat), latest_state(job),
+                             job.run_dir, job.user)
         except Exception:
             log.exception("rank %d failed", ctx.rank)  # the whole traceback, in this rank's own log
             raise

@@ -23,6 +23,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from cluster.plan import Plan
 from groundwork.errors import ConfigError
 from orchestrator.config import LaunchConfig
+from orchestrator.raytrain.session import on_this_node
 from orchestrator.sweeps.config import Choice, LogUniform, RandInt, SweepConfig, Uniform
 from orchestrator.sweeps.live import LiveTrialTable
 from orchestrator.sweeps.reaper import PlacementGroupRegistry, ReapPlacementGroups
@@ -192,6 +193,7 @@ def trial_workers(cfg: SweepConfig, the_plan: Plan, sweep_dir: Path, concurrency
             yield groups
         return
     # Named, owned by this driver: it lives exactly as long as the sweep does.
-    registry = ray.remote(num_cpus=0)(PlacementGroupRegistry).options(name=registry_name(sweep_dir)).remote()
+    registry = ray.remote(num_cpus=0)(PlacementGroupRegistry).options(
+        name=registry_name(sweep_dir), scheduling_strategy=on_this_node()).remote()
     ray.get(registry.pop.remote())  # wait until it is up before any trial looks it up
     yield None

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from cluster.plan import Plan
+from orchestrator.raytrain.session import on_this_node
 from orchestrator.raytrain.trainer import failure_line, make_trainer
 from orchestrator.warm.desk import Desk
 from orchestrator.warm.worker import GroupArgs, group_worker
@@ -45,7 +46,9 @@ class WarmGroups:
         return self.folder / f"group-{index}" / "logs"
 
     def __enter__(self) -> list[str]:
-        self.desks = [RemoteDesk.options(name=name, namespace=self.namespace).remote() for name in self.names]
+        here = on_this_node()
+        self.desks = [RemoteDesk.options(name=name, namespace=self.namespace, scheduling_strategy=here).remote()
+                      for name in self.names]
         ray.get([d.__ray_ready__.remote() for d in self.desks])  # up before any client looks for them
         self.threads = [threading.Thread(target=self._fit, args=(i,), name=f"warm-group-{i}", daemon=True)
                         for i in range(len(self.names))]

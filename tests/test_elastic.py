@@ -1,0 +1,75 @@
+"""Elastic workers (`--workers MIN..MAX`, Train V2's elastic scaling) on a `cluster up` cluster of two real
+`ray start` nodes with 1 CPU each: a node lost mid-run leaves a run that goes on with one worker from the
+newest checkpoint, with the global batch kept; the node started again gives the next run two."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import DATA, run_cli
+
+from cluster.spec import load_spec
+from orchestrator.admin.nodes import _kill_tree, _node_args, _start, down, up
+
+TWO_NODES = DATA / "clusters" / "two_nodes.yaml"
+SECOND_NODE = "runtime_resources_node1"  # in the command line of every process of node 1 (see raystart)
+STEPS_PER_EPOCH = 1437 // 32  # digits' training split at a global batch of 32 (2 x 16, or 1 x 16 x 2)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    spec = load_spec(TWO_NODES)
+    up(spec, port=6390)
+    yield spec
+    down()
+
+
+def train_rows(run_dir) -> list[dict]:
+    return [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r.get("val_loss") is None]
+
+
+@pytest.mark.slow  # ~3 min: Ray Train first waits 60 s for a group of 2 before it settles for 1
+def test_a_run_loses_a_node_goes_on_with_one_worker_and_the_next_run_gets_two(cluster, tmp_path):
+    cli = subprocess.Popen([sys.executable, "-m", "orchestrator", "launch", "--cluster", str(TWO_NODES), "--workers",
+                            "1..2", "--epochs", "6", "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "16",
+                            "--name", "elastic"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    run_dir = tmp_path / "runs" / "elastic"
+    deadline = time.monotonic() + 300
+    while not list(run_dir.glob("checkpoint_*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _kill_tree(SECOND_NODE) == 0  # node 1's raylet, agents and the worker on it: gone at once
+    out, err = cli.communicate(timeout=600)
+    assert cli.returncode == 0, err[-3000:]
+    rows = train_rows(run_dir)
+    worlds = [r["world_size"] for r in rows]
+    assert worlds[0] == 2 and worlds[-1] == 1 and worlds == sorted(worlds, reverse=True)
+    last = pq.read_table(run_dir / "metrics.parquet").to_pylist()[-1]  # the last validation
+    assert last["step"] == 6 * STEPS_PER_EPOCH  # the global batch stayed 32: as many steps as planned
+    assert "1 worker(s), was 2" in out
+    assert "batch_size 16 x grad_accum 2 per worker keeps the global batch at 32" in (
+        run_dir / "logs" / "rank-0.log").read_text()
+
+    worker = next(g for g in cluster.node_groups if g.name == "worker")
+    _start(["--address", "127.0.0.1:6390", *_node_args(worker)], node=1)  # the node is back
+    deadline = time.monotonic() + 120
+    while "2 node(s)" not in run_cli("top", "--address", "127.0.0.1:6390", "--once").stdout:
+        assert time.monotonic() < deadline, "the second node did not join again"
+    again = run_cli("launch", "--cluster", str(TWO_NODES), "--workers", "1..2", "--max-steps", "6", "--log-every", "3",
+                    "--batch-size", "16", "--name", "regrown", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {r["world_size"] for r in train_rows(tmp_path / "runs" / "regrown")} == {2}
+
+
+def test_workers_min_max_is_checked_before_ray_starts(tmp_path):
+    for value, message in [("3..2", "workers 3..2: give 1 <= MIN <= MAX"),
+                           ("1..x", "workers '1..x': give a count (2), or MIN..MAX")]:
+        proc = run_cli("launch", "--workers", value, cwd=tmp_path)
+        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    proc = run_cli("launch", "--workers", "1..2", "--strategy", "hsdp", cwd=tmp_path)
+    assert proc.returncode == 2 and "elastic workers (1..2) need strategy ddp or fsdp" in proc.stderr
+    assert not (tmp_path / "runs").exists()
