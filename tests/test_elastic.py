@@ -4,9 +4,12 @@ newest checkpoint, with the global batch kept; the node started again gives the 
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -63,6 +66,55 @@ def test_a_run_loses_a_node_goes_on_with_one_worker_and_the_next_run_gets_two(cl
                     "--batch-size", "16", "--name", "regrown", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {r["world_size"] for r in train_rows(tmp_path / "runs" / "regrown")} == {2}
+
+
+def node_id(marker: str) -> str:
+    """The Ray node id of the node whose raylet's command line holds `marker`."""
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "raylet/raylet" in line and marker in line:
+            return re.search(r"--node_id=([0-9a-f]+)", line).group(1)
+    raise AssertionError(f"no raylet with {marker} in its command line")
+
+
+def wait_for(path: Path, text: str, timeout_s: float = 300) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.search(text, path.read_text()) if path.exists() else None
+        if found:
+            return found.group(1)
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+@pytest.mark.slow  # ~2 min, and it needs the node the test above started again
+def test_a_preemption_notice_checkpoints_at_once_and_the_restart_is_not_a_failure(cluster, tmp_path):
+    started = time.time()
+    cli = subprocess.Popen([sys.executable, "-m", "orchestrator", "launch", "--cluster", str(TWO_NODES), "--workers",
+                            "1..2", "--epochs", "8", "--log-every", "5", "--name", "spot"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = tmp_path / "runs" / "spot" / "logs"
+    wait_for(logs / "rank-1.log", r"(first optimizer step done)")
+    # As a cloud's spot reclaim does through Ray's autoscaler: node 1 is drained for preemption, with a deadline.
+    drained = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address", "127.0.0.1:6390",
+                              "--node-id", node_id(SECOND_NODE), "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+                              "--reason-message", "spot reclaim", "--deadline-remaining-seconds", "20"],
+                             capture_output=True, text=True, env={**os.environ, "RAY_AUTH_MODE": "token"}, timeout=120)
+    assert drained.returncode == 0, drained.stderr[-2000:]
+    step = int(wait_for(logs / "rank-0.log", r"about to be reclaimed: checkpoint at step (\d+)"))
+    assert step % STEPS_PER_EPOCH != 0  # written when told, not at an epoch's end
+    _kill_tree(SECOND_NODE)  # the deadline: the cloud takes the node
+    out, err = cli.communicate(timeout=600)
+    assert cli.returncode == 0, err[-3000:]
+    assert int(wait_for(logs / "rank-0.log", r"resumed at epoch \d+, step (\d+)")) >= step  # nothing lost
+    # Ray Train charged the restart to its preemption budget, not to --max-failures (this run's controller)
+    controller = "\n".join(p.read_text(errors="replace") for p in
+                           Path("/tmp/orchestrator-ray-6390/session_latest/logs").glob("worker-*.err")
+                           if p.stat().st_mtime > started)
+    assert "Source: preemption" in controller and "Source: worker group" not in controller
 
 
 def test_workers_min_max_is_checked_before_ray_starts(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -143,3 +144,15 @@ def test_uint8_images_are_scaled_on_the_device():
     scaled, _ = to_device(x, torch.tensor([1]), DistContext(), TrainConfig(channels_last=True))
     assert scaled.dtype == torch.float32 and scaled.is_contiguous(memory_format=torch.channels_last)
     assert scaled.flatten().tolist() == pytest.approx([0.0, 1.0, 0.2, 0.4])
+
+
+def test_throughput_rows_leave_out_validation_and_checkpoint_time(tmp_path):
+    """A row whose window spans an epoch's end (validation, a checkpoint) reports the rate of its training steps
+    alone, as its neighbours do; the time set aside is in its own columns."""
+    cfg = TrainConfig(epochs=3, log_every=5, val_fraction=0.5, batch_size=32)  # validation: ~1/3 of an epoch's time
+    _, reporter = train_locally(cfg, tmp_path)
+    train = [r for r in reporter.rows if r.get("val_loss") is None]
+    spanning = [r for r in train if "val_time_s" in r]
+    assert len(spanning) == 2 and all(r["val_time_s"] > 0 and r["checkpoint_time_s"] > 0 for r in spanning)
+    typical = statistics.median(r["samples_per_s"] for r in train[1:] if "val_time_s" not in r)  # [0]: warm-up
+    assert all(abs(r["samples_per_s"] / typical - 1) < 0.2 for r in spanning), [r["samples_per_s"] for r in train]

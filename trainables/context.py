@@ -39,10 +39,14 @@ class DistContext:
 class Reporter(Protocol):
     """Where the loop sends what it measured. `log` is called on rank 0 only and must not block;
     `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None);
-    `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap)."""
+    `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap);
+    `preemption_notice` on every rank at each log point: whether the cluster said a node of this run is about
+    to be reclaimed (local and cheap; the loop agrees on it across ranks and checkpoints at once)."""
 
     def log(self, row: dict[str, float]) -> None: ...
 
     def progress(self, step: int) -> None: ...
 
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None: ...
+
+    def preemption_notice(self) -> bool: ...

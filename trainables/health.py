@@ -106,13 +106,14 @@ class Health:
         self.window_started = now
         return figures
 
-    def exchange(self, row: bool = True) -> dict[str, float | str]:
+    def exchange(self, row: bool = True, notice: bool = False) -> dict[str, float | str]:
         """Called by every rank at the same step: raise on a non-finite loss; straggler and telemetry figures
-        (each one's mean, max and the rank of the max; the GPUs' energy in all) for a row.
+        (each one's mean, max and the rank of the max; the GPUs' energy in all) for a row; with
+        "preemption_notice" 1.0 where any rank had `notice` (a node about to be reclaimed).
         Not a `row`: the nan check alone, the telemetry windows run on to the next row."""
         steps = self.clock.steps
         figures = self.telemetry(steps) if row else {}
-        mine = torch.tensor([self.clock.per_step(), *figures.values(), 0.0], dtype=torch.float64,
+        mine = torch.tensor([self.clock.per_step(), *figures.values(), float(notice), 0.0], dtype=torch.float64,
                             device=self.ctx.device)
         mine[-1:] = self.first_bad.reshape(1)
         if self.ctx.distributed:
@@ -134,4 +135,6 @@ class Health:
             out.update(spread(name, table[:, column].tolist()))
         if "gpu_energy_j" in figures:
             out["gpu_energy_j_total"] = table[:, 1 + list(figures).index("gpu_energy_j")].sum().item()
+        if table[:, -2].max().item() > 0:
+            out["preemption_notice"] = 1.0
         return out

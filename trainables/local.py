@@ -34,6 +34,9 @@ class LocalReporter:
     def progress(self, step: int) -> None:
         pass  # one process: no one else to tell it is alive
 
+    def preemption_notice(self) -> bool:
+        return False  # no cluster to reclaim a node
+
 
 def train_locally(cfg: TrainConfig, folder: str | Path | None = None, resume: str | Path | None = None,
                   device: str = "cpu", user: Mapping[str, Any] | None = None) -> tuple[dict[str, float], LocalReporter]:

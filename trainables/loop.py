@@ -12,7 +12,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,16 @@ class Meter:
         # FLOPs per sample, counted at the first row (once the first step is done: ~1 s the first time)
         self.count_flops, self.flops, self.peak, self.world_size = count_flops, None, peak, ctx.world_size
         self.since = time.perf_counter()
+        self.aside: dict[str, float] = {}  # seconds of this window not spent training, by what took them
+
+    @contextlib.contextmanager
+    def set_aside(self, what: str) -> Iterator[None]:
+        """Time that the window's throughput leaves out (validation, checkpoints), in the row as `what`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.aside[what] = self.aside.get(what, 0.0) + time.perf_counter() - started
 
     def add(self, loss: torch.Tensor) -> None:
         finite = torch.isfinite(loss)
@@ -205,7 +215,7 @@ class Meter:
 
     def row(self, state: TrainState, micro_per_epoch: int) -> dict[str, float]:
         loss = (self.loss / self.finite).item()  # the one host sync of the window; nan if every step was skipped
-        elapsed = time.perf_counter() - self.since
+        elapsed = time.perf_counter() - self.since - sum(self.aside.values())  # training time alone
         pos = state.position
         row = {
             "step": pos.step,
@@ -214,6 +224,7 @@ class Meter:
             "lr": state.optimizer.param_groups[0]["lr"],
             "samples_per_s": self.steps * self.samples_per_step / elapsed,
             "world_size": self.world_size,  # an elastic run's changes as it loses or gains workers
+            **self.aside,
         }
         if self.tokens_per_sample:
             row["tokens_per_s"] = row["samples_per_s"] * self.tokens_per_sample
@@ -225,6 +236,7 @@ class Meter:
         self.finite.zero_()
         self.steps = 0
         self.since = time.perf_counter()
+        self.aside = {}
         return row
 
     def energy(self, figures: dict[str, float | str]) -> dict[str, float]:
@@ -255,6 +267,7 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
     metrics: dict[str, float] = {}
     train_seconds = 0.0  # this session's time in training steps, without validation and checkpoints
     first_step = True
+    noticed = False  # a preemption notice was answered with a checkpoint (once: the restart comes next)
     state.model.train()
     while pos.epoch < last_epoch and pos.step < last_step:
         loaders.sampler.set_epoch(pos.epoch, start=pos.batch_in_epoch * cfg.batch_size)
@@ -272,22 +285,31 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
                 health.watch_loss(loss, pos.step)
             reporter.progress(pos.step)
             if pos.step % cfg.log_every == 0:
-                checked = health.exchange()  # every rank: raises on a non-finite loss
+                checked = health.exchange(notice=reporter.preemption_notice())  # raises on a non-finite loss
                 if ctx.is_main:
                     metrics = {**meter.row(state, micro_per_epoch), **checked, "skipped_steps": state.skipped_steps,
                                **meter.energy(checked)}
                     reporter.log(metrics)
+                if checked.get("preemption_notice") and not noticed:  # a node is to be reclaimed: save now
+                    noticed = True
+                    if ctx.is_main:
+                        log.warning("a node of this run is about to be reclaimed: checkpoint at step %d", pos.step)
+                    with meter.set_aside("checkpoint_time_s"):
+                        checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
             if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
                 health.exchange(row=False)  # never checkpoint a nan
-                checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
+                with meter.set_aside("checkpoint_time_s"):
+                    checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
         train_seconds += time.perf_counter() - epoch_started
         health.exchange(row=False)
         if pos.batch_in_epoch >= micro_per_epoch:
             pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
-        metrics = {**metrics, **evaluate(state, loaders.val, ctx, cfg, reporter), "step": pos.step,
-                   "epoch": pos.epoch, "train_time_s": train_seconds}
+        with meter.set_aside("val_time_s"):
+            evaluated = evaluate(state, loaders.val, ctx, cfg, reporter)
+        metrics = {**metrics, **evaluated, "step": pos.step, "epoch": pos.epoch, "train_time_s": train_seconds}
         if ctx.is_main:
             reporter.log(metrics)
-        checkpoint(state, cfg, ctx, reporter, metrics)
+        with meter.set_aside("checkpoint_time_s"):
+            checkpoint(state, cfg, ctx, reporter, metrics)
     profiler.stop()  # a window past the last step ends with the run
     return metrics

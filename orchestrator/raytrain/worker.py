@@ -13,6 +13,7 @@ from typing import Any
 import ray
 import ray.train
 import ray.train.torch
+from ray.train.v2._internal.execution.context import get_train_context as get_internal_train_context
 
 from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.holders import holding
@@ -47,6 +48,14 @@ class RayReporter:
     def progress(self, step: int) -> None:
         if self.heartbeat is not None:
             self.heartbeat.tick_step(step)
+
+    def preemption_notice(self) -> bool:
+        """What Ray Train's controller told this worker of a node being drained for preemption (a spot
+        reclaim): read locally, as ray.train.get_preemption_info would before its collective (Ray 2.60)."""
+        try:
+            return get_internal_train_context().preemption_context.preemption_info is not None
+        except (AttributeError, RuntimeError):
+            return False
 
 
 def ray_context() -> DistContext:

@@ -78,6 +78,9 @@ class GroupReporter:
     def progress(self, step: int) -> None:
         pass
 
+    def preemption_notice(self) -> bool:
+        return False  # a trial's checkpoints are Tune's to schedule
+
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
         ask, path = None, None
         if self.ctx.is_main:
