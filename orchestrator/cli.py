@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--resume", metavar="NAME", help="continue sweep NAME; finished trials are kept")
     sweep.add_argument("--schema", action="store_true", help="print the sweep YAML's JSON Schema and exit")
     sweep.add_argument("--quiet", action="store_true", help="no live trial table")
+    sweep.add_argument("--detach", action="store_true", help="submit the sweep to the cluster as a Ray job and"
+                       " return (follow it with `orchestrator jobs`)")
     doctor = sub.add_parser("doctor", help="torch/CUDA/NCCL/Ray versions, devices, cluster resources")
     doctor.add_argument("--address")
     doctor.add_argument("--no-ray", action="store_true", help="skip starting/joining Ray")
@@ -150,9 +152,13 @@ def detached_launch(cfg: LaunchConfig, resume: bool) -> int:
     from orchestrator.jobs.submit import detach  # deferred: per command (imports torch and Ray)
 
     job_id, name, run_dir = detach(cfg, resume)
-    print(f"run {name} submitted as job {job_id}; results: {run_dir}\n  follow: orchestrator jobs logs {name} -f"
-          f"\n  stop: orchestrator jobs stop {name}  (then --resume {name} continues it)")
+    print_submitted("run", name, job_id, run_dir)
     return 0
+
+
+def print_submitted(what: str, name: str, job_id: str, folder: Path) -> None:
+    print(f"{what} {name} submitted as job {job_id}; results: {folder}\n  follow: orchestrator jobs logs {name} -f"
+          f"\n  stop: orchestrator jobs stop {name}  (then --resume {name} continues it)")
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -175,6 +181,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps(SweepConfig.model_json_schema(), indent=2))
         return 0
 
+    if args.detach:
+        from orchestrator.jobs.submit import detach_sweep  # deferred: per command (imports torch and Ray)
+
+        job_id, name, folder = detach_sweep(args.config, args.resume)
+        print_submitted("sweep", name, job_id, folder)
+        return 0
     from orchestrator.sweeps.sweep import sweep  # deferred: per command (imports Ray)
 
     result = sweep(args.config, resume=args.resume, quiet=args.quiet)

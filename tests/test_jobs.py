@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import DATA, run_cli
 from helpers import final_weights, max_abs_diff
@@ -91,6 +92,20 @@ def test_jobs_stop_keeps_the_newest_checkpoint_and_resume_reaches_the_whole_runs
     assert state_of(run_dir) == "finished"
     diff = max_abs_diff(final_weights(newest_checkpoint(whole)), final_weights(newest_checkpoint(run_dir)))
     assert diff < 1e-6
+
+
+def test_a_detached_sweep_runs_its_trials_on_the_cluster(cluster, folder):
+    (folder / "tiny.yaml").write_text(
+        f"name: tiny\nbase: {{workers: 1, cluster: {TWO_NODES}, train: {{model: digits-cnn, epochs: 1}}}}\n"
+        "space: {lr: {type: loguniform, low: 0.001, high: 0.01}}\nnum_samples: 2\nscheduler: {type: fifo}\n")
+    proc = run_cli("sweep", "--config", "tiny.yaml", "--detach", cwd=folder, timeout=120)
+    assert proc.returncode == 0 and "sweep tiny submitted as job" in proc.stdout, proc.stderr[-3000:]
+    waited = jobs(folder, "wait", "tiny")
+    assert waited.returncode == 0, jobs(folder, "logs", "tiny").stdout[-3000:]
+    sweep_dir = folder / "sweeps" / "tiny"  # where `orchestrator sweep` run here would have put it
+    trials = pq.read_table(sweep_dir / "trials.parquet").to_pylist()
+    assert len({t["trial"] for t in trials}) == 2 and (sweep_dir / "best.yaml").exists()
+    assert "sweep tiny done" in jobs(folder, "logs", "tiny").stdout
 
 
 def test_jobs_of_an_unknown_run_is_refused_in_one_line(cluster, folder):

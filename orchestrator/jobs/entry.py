@@ -32,11 +32,30 @@ def argv_for(payload: dict, address: str | None) -> list[str]:
     return ["launch", "--config", str(run_dir / SUBMITTED_FILE), *where]
 
 
+def sweep_argv(payload: dict, address: str | None) -> list[str]:
+    """`orchestrator sweep` arguments for the payload, run from the folder it was submitted in where this
+    node sees it (else beside the runs); the spec goes beside the runs, where a later --resume finds it."""
+    sweep, spec = payload["sweep"], payload["spec"]
+    storage = Path(spec["storage"]["path"])
+    home = Path(payload["home"]) if Path(payload["home"]).is_dir() else storage.parent
+    os.chdir(home)
+    if payload["resume"]:
+        return ["sweep", "--resume", sweep["name"], "--quiet"]
+    storage.mkdir(parents=True, exist_ok=True)
+    spec_file = storage / f".sweep-{sweep['name']}-{SPEC_FILE}"
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    sweep["base"] = {**sweep["base"], "cluster": str(spec_file), "address": address}
+    submitted = storage / f".sweep-{sweep['name']}-{SUBMITTED_FILE}"
+    submitted.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return ["sweep", "--config", str(submitted), "--quiet"]
+
+
 def run() -> None:
     payload = json.loads(os.environ[PAYLOAD_ENV])
     # Ray's RAY_ADDRESS: the cluster this job runs on, as the head sees it. The process becomes the CLI's
-    # own launch: its exit code is the job's, its signals (Ray's stop) reach the launch unchanged.
-    argv = argv_for(payload, os.environ.get("RAY_ADDRESS"))
+    # own launch (or sweep): its exit code is the job's, its signals (Ray's stop) reach it unchanged.
+    address = os.environ.get("RAY_ADDRESS")
+    argv = sweep_argv(payload, address) if payload.get("kind") == "sweep" else argv_for(payload, address)
     os.execv(sys.executable, [sys.executable, "-m", "orchestrator", *argv])
 
 

@@ -1,4 +1,5 @@
-"""`orchestrator launch --detach`: the same launch, checked here first, run as a Ray job on the cluster. The
+"""`orchestrator launch --detach` (and `sweep --detach`): the same launch, checked here first, run as a Ray job
+on the cluster. The
 job's driver is `python -m orchestrator.jobs.entry` on the head node, so closing this terminal (or losing the
 SSH connection) does not end the run.
 
@@ -20,6 +21,7 @@ from orchestrator.config import LaunchConfig
 from orchestrator.jobs.client import META_KEY, default_address, jobs_api, jobs_client
 from orchestrator.launcher.launch import prepare_run
 from orchestrator.preflight import checked_plan
+from orchestrator.sweeps.sweep import sweep_folder, sweep_to_submit
 
 PAYLOAD_ENV = "ORCHESTRATOR_DETACHED"  # the launch, for orchestrator.jobs.entry
 # Ray's job stop: STOP_SIGNAL to the driver, then SIGKILL after STOP_GRACE_S (Ray's default, 3 s, is too short
@@ -35,14 +37,32 @@ def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
     spec, the_plan, address = checked_plan(cfg)
     cfg, run_dir = prepare_run(cfg, the_plan, resume)
     address = default_address(address, None)  # none given: the `cluster up` one, else a one-line refusal
-    payload = {"launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path), "resume": resume}
+    payload = {"kind": "launch", "launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path),
+               "resume": resume}
+    return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", run_dir), cfg.name or "", run_dir
+
+
+def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, Path]:
+    """Submit the sweep; (Ray's job id, the sweep's name, its folder). The sweep's own checks run here first.
+    Its driver works in this folder where the head sees it (a cluster on this machine, a shared home), else
+    beside the runs on the cluster's storage; the sweep folder is `sweeps/<name>` there."""
+    cfg, resumed = sweep_to_submit(config, resume)
+    spec, the_plan, address = checked_plan(cfg.base)
+    cfg, folder = sweep_folder(cfg, resume)
+    address = default_address(address, None)
+    payload = {"kind": "sweep", "sweep": cfg.model_dump(mode="json"), "resume": resumed, "home": str(Path.cwd()),
+               "spec": spec_for_job(spec, the_plan.storage_path)}
+    return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", folder), cfg.name or "", folder
+
+
+def submit(address: str, payload: dict, storage: Path, name: str, folder: Path) -> str:
+    """Ray's job id for the payload run by orchestrator.jobs.entry on the cluster at `address`."""
     client = jobs_client(address)
     with jobs_api(address):
-        job_id = client.submit_job(
+        return client.submit_job(
             entrypoint=f"{python_on(address)} -m orchestrator.jobs.entry",
-            runtime_env=runtime_env(payload, Path(the_plan.storage_path)),
-            metadata={META_KEY: "launch", "run": cfg.name or "", "run_dir": str(run_dir)})
-    return job_id, cfg.name or "", run_dir
+            runtime_env=runtime_env(payload, storage),
+            metadata={META_KEY: payload["kind"], "run": name, "run_dir": str(folder)})
 
 
 def spec_for_job(spec: ClusterSpec, storage_path: str) -> dict:

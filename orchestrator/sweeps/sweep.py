@@ -34,15 +34,22 @@ def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Pat
     return cfg.model_copy(update={"name": name}), folder
 
 
+def sweep_to_submit(config: str | Path | SweepConfig | None, resume: str | None) -> tuple[SweepConfig, bool]:
+    """The sweep a --config or a --resume names, and whether it is resumed."""
+    if resume:
+        saved = Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE
+        if not saved.exists():
+            raise ConfigError(f"--resume {resume}: no sweep at {saved.parent}: list sweeps with `ls {SWEEPS_DIR}`")
+        return load_sweep_config(saved), True
+    if config is None:
+        raise ConfigError("sweep needs --config FILE (or --resume NAME)")
+    return (config if isinstance(config, SweepConfig) else load_sweep_config(config)), False
+
+
 def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None,
           quiet: bool = False) -> SweepResult:
     """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
-    if resume:
-        cfg = load_sweep_config(Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE)
-    elif config is None:
-        raise ConfigError("sweep needs --config FILE (or --resume NAME)")
-    else:
-        cfg = config if isinstance(config, SweepConfig) else load_sweep_config(config)
+    cfg, _ = sweep_to_submit(config, resume)
     spec, the_plan, address = checked_plan(cfg.base)  # refuse a base launch that could never run, first
     cfg, folder = sweep_folder(cfg, resume)
     if not resume:
