@@ -94,6 +94,7 @@ def test_jobs_stop_keeps_the_newest_checkpoint_and_resume_reaches_the_whole_runs
     assert diff < 1e-6
 
 
+@pytest.mark.slow  # ~1.5 min; the detached launch above runs in the default suite
 def test_a_detached_sweep_runs_its_trials_on_the_cluster(cluster, folder):
     (folder / "tiny.yaml").write_text(
         f"name: tiny\nbase: {{workers: 1, cluster: {TWO_NODES}, train: {{model: digits-cnn, epochs: 1}}}}\n"

@@ -57,6 +57,14 @@ def test_a_live_but_stuck_run_names_the_lowest_step():
     assert found.endswith("; rank 0 at step 13, rank 2 at step 13")
 
 
+def test_the_rank_behind_is_named_even_before_its_own_clock_runs_out():
+    # rank 0 reached step 2 and waits for rank 1, stuck at step 1 since a moment later (the same report)
+    beats = {0: beat(0, 2, 99.9, 94.0), 1: beat(1, 1, 99.9, 95.5)}
+    found = find_hang(beats, now=100, timeout=5)
+    assert found is not None and found.startswith("rank 1 (pid 101, node abcdef012345) made no progress after"
+                                                  " step 1 for 4 s")
+
+
 def test_finished_ranks_are_not_hung():
     assert find_hang({0: beat(0, 66, 50, 50, done=True)}, now=100, timeout=5) is None
 

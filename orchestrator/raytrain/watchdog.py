@@ -46,7 +46,9 @@ def find_hang(beats: dict[int, Beat], now: float, timeout: float) -> str | None:
         culprit = min(silent, key=lambda b: (b.seen_at, b.rank))
         return (f"rank {culprit.rank} (pid {culprit.pid}, node {culprit.node[:12]}) stopped responding after step"
                 f" {culprit.step}: no heartbeat for {now - culprit.seen_at:.0f} s (--hang-timeout {timeout:g})")
-    culprit = min(stuck, key=lambda b: (b.step, b.moved_at, b.rank))
+    # Once one rank has waited past the timeout, the one it waits for is the rank furthest behind, whether or
+    # not that one's own clock has run out yet (they stopped together, within milliseconds).
+    culprit = min((b for b in beats.values() if not b.done), key=lambda b: (b.step, b.moved_at, b.rank))
     others = ", ".join(f"rank {b.rank} at step {b.step}" for b in sorted(beats.values(), key=lambda b: b.rank)
                        if b.rank != culprit.rank)
     return (f"rank {culprit.rank} (pid {culprit.pid}, node {culprit.node[:12]}) made no progress after step"
