@@ -66,16 +66,16 @@ def up(spec: ClusterSpec, port: int = 6390) -> str:
     ensure_token()  # the head reads it, joining nodes and drivers present it (a fresh machine has none)
     # The dashboard serves Ray's Jobs API (`launch --detach`, `orchestrator jobs`): on loopback only.
     # Its own port (not Ray's 8265) lets two clusters run on one machine; clients read it from the cluster.
-    _start(["--head", "--port", str(port), "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
-            "--dashboard-port", str(free_port()),
-            "--disable-usage-stats", "--temp-dir", temp_dir(port), *_node_args(head)], node=0)
     address = f"127.0.0.1:{port}"
     others = [g for g in spec.node_groups for _ in range(g.count - (1 if g is head else 0))]
     try:
+        _start(["--head", "--port", str(port), "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
+                "--dashboard-port", str(free_port()),
+                "--disable-usage-stats", "--temp-dir", temp_dir(port), *_node_args(head)], node=0)
         for node, group in enumerate(others, start=1):
             _start(["--address", address, *_node_args(group)], node)
     except ConfigError:
-        _kill_tree(temp_dir(port))
+        _kill_tree(temp_dir(port))  # what a start cut short left (a GCS whose dashboard failed holds the port)
         raise
     STATE.parent.mkdir(parents=True, exist_ok=True)
     STATE.write_text(json.dumps({"address": address, "port": port, "cluster": spec.name,
