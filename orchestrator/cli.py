@@ -168,7 +168,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from orchestrator.jobs.client import default_address, jobs_api, jobs_client  # deferred: imports Ray
     from orchestrator.jobs.control import act  # deferred: as above
 
-    address = default_address(address, None)
+    address = default_address(address)
     client = jobs_client(address)
     with jobs_api(address):
         return act(client, args.action, args.run, args.follow)

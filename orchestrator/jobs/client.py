@@ -22,9 +22,10 @@ QUIET_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_en
 META_KEY = "orchestrator"  # in a job's metadata: which of Ray's jobs are ours ("launch"), and their run
 
 
-def default_address(address: str | None, spec_address: str | None) -> str:
-    """--address, else the cluster spec's, else the cluster `orchestrator cluster up` started here."""
-    found = address or spec_address or (json.loads(STATE.read_text())["address"] if STATE.exists() else None)
+def default_address(address: str | None) -> str:
+    """The address given (--address, or the cluster spec's), else the cluster `orchestrator cluster up` started
+    here."""
+    found = address or (json.loads(STATE.read_text())["address"] if STATE.exists() else None)
     if found is None:
         raise ConfigError("no Ray cluster named: pass --address HOST:PORT or a --cluster spec with an address"
                           " (or start one on this machine with `orchestrator cluster up SPEC`)")

@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.jobs.client import find_job, our_jobs, run_dir_of
+from orchestrator.launcher.launch import RAY_SNAPSHOT
 from orchestrator.launcher.results import read_rows
 
-RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60's record of a run's checkpoints
 EXIT_OF_STATE = {JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 1, JobStatus.STOPPED: 130}
 
 

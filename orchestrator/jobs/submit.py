@@ -36,7 +36,7 @@ def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
     """Submit the launch; (Ray's job id, the run's name, its folder). Every check of a launch runs here first."""
     spec, the_plan, address = checked_plan(cfg)
     cfg, run_dir = prepare_run(cfg, the_plan, resume)
-    address = default_address(address, None)  # none given: the `cluster up` one, else a one-line refusal
+    address = default_address(address)  # none given: the `cluster up` one, else a one-line refusal
     payload = {"kind": "launch", "launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path),
                "resume": resume}
     return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", run_dir), cfg.name or "", run_dir
@@ -46,12 +46,12 @@ def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, Path
     """Submit the sweep; (Ray's job id, the sweep's name, its folder). The sweep's own checks run here first.
     Its driver works in this folder where the head sees it (a cluster on this machine, a shared home), else
     beside the runs on the cluster's storage; the sweep folder is `sweeps/<name>` there."""
-    cfg, resumed = sweep_to_submit(config, resume)
+    cfg = sweep_to_submit(config, resume)
     spec, the_plan, address = checked_plan(cfg.base)
     cfg, folder = sweep_folder(cfg, resume)
-    address = default_address(address, None)
-    payload = {"kind": "sweep", "sweep": cfg.model_dump(mode="json"), "resume": resumed, "home": str(Path.cwd()),
-               "spec": spec_for_job(spec, the_plan.storage_path)}
+    address = default_address(address)
+    payload = {"kind": "sweep", "sweep": cfg.model_dump(mode="json"), "resume": resume is not None,
+               "home": str(Path.cwd()), "spec": spec_for_job(spec, the_plan.storage_path)}
     return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", folder), cfg.name or "", folder
 
 

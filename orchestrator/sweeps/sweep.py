@@ -24,32 +24,30 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 
 def sweep_folder(cfg: SweepConfig, resume: str | None) -> tuple[SweepConfig, Path]:
+    """The sweep's name and folder. A resumed sweep's folder was found by sweep_to_submit, which runs first."""
     name = resume or cfg.name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = (Path.cwd() / SWEEPS_DIR / name).resolve()
-    exists = (folder / SWEEP_FILE).exists()
-    if resume and not exists:
-        raise ConfigError(f"--resume {name}: no sweep at {folder}")
-    if not resume and exists:
+    if not resume and (folder / SWEEP_FILE).exists():
         raise ConfigError(f"sweep {name!r} already exists at {folder}: continue it with --resume {name}")
     return cfg.model_copy(update={"name": name}), folder
 
 
-def sweep_to_submit(config: str | Path | SweepConfig | None, resume: str | None) -> tuple[SweepConfig, bool]:
-    """The sweep a --config or a --resume names, and whether it is resumed."""
+def sweep_to_submit(config: str | Path | SweepConfig | None, resume: str | None) -> SweepConfig:
+    """The sweep a --config or a --resume names (a resumed one must be there: see sweep_folder)."""
     if resume:
         saved = Path.cwd() / SWEEPS_DIR / resume / SWEEP_FILE
         if not saved.exists():
             raise ConfigError(f"--resume {resume}: no sweep at {saved.parent}: list sweeps with `ls {SWEEPS_DIR}`")
-        return load_sweep_config(saved), True
+        return load_sweep_config(saved)
     if config is None:
         raise ConfigError("sweep needs --config FILE (or --resume NAME)")
-    return (config if isinstance(config, SweepConfig) else load_sweep_config(config)), False
+    return config if isinstance(config, SweepConfig) else load_sweep_config(config)
 
 
 def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = None,
           quiet: bool = False) -> SweepResult:
     """Run (or, with resume=NAME, continue) a sweep and write its results; returns a SweepResult."""
-    cfg, _ = sweep_to_submit(config, resume)
+    cfg = sweep_to_submit(config, resume)
     spec, the_plan, address = checked_plan(cfg.base)  # refuse a base launch that could never run, first
     cfg, folder = sweep_folder(cfg, resume)
     if not resume:
