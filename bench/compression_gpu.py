@@ -19,7 +19,7 @@ from common import ONE_GPU, launch_summary, provenance, write_result
 
 RUN = ["--model", "gpt2-124m", "--dataset", "fake-tokens", "--seq-len", "1024", "--batch-size", "16", "--compile",
        "--precision", "bf16", "--fake-samples", "4096", "--val-fraction", "0.05", "--max-steps", "120",
-       "--log-every", "10", "--powersgd-rank", "4", "--powersgd-warmup", "10", *ONE_GPU]
+       "--log-every", "10", "--no-checkpoints", "--powersgd-rank", "4", "--powersgd-warmup", "10", *ONE_GPU]
 COMPRESSIONS = ("none", "bf16", "powersgd")
 
 

@@ -31,7 +31,7 @@ STRATEGIES = {
 def run_args(batch: int, steps: int) -> list[str]:
     return ["--dataset", "fake-tokens", "--seq-len", "1024", "--batch-size", str(batch), "--precision", "bf16",
             "--optimizer", "adamw", "--fake-samples", str(batch * (steps + 4)), "--val-fraction", "0.1",
-            "--max-steps", str(steps), "--log-every", "2", *ONE_GPU]
+            "--max-steps", str(steps), "--log-every", "2", "--no-checkpoints", *ONE_GPU]
 
 
 def out_of_memory(tail: str) -> bool:

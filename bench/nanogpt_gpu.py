@@ -23,7 +23,7 @@ LAYERS, HEADS, WIDTH, SEQ, BATCH, VOCAB = 24, 16, 2048, 1024, 8, 50304
 WARMUP, TIMED = 10, 50
 OURS = ["--model", "gpt-1.3b", "--dataset", "fake-tokens", "--seq-len", str(SEQ), "--batch-size", str(BATCH),
         "--compile", "--optimizer", "adamw", "--lr", "6e-4", "--fake-samples", "1024", "--val-fraction", "0.1",
-        "--max-steps", str(WARMUP + TIMED + 10), "--log-every", "10", *ONE_GPU]
+        "--max-steps", str(WARMUP + TIMED + 10), "--log-every", "10", "--no-checkpoints", *ONE_GPU]
 
 
 def nanogpt_bare(model_py: Path) -> dict:

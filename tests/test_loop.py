@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import math
-import statistics
 
 import pyarrow as pa
 import pyarrow.parquet as pq

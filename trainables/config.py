@@ -81,6 +81,8 @@ class TrainConfig(BaseModel):
         "full", description="full: rank 0 writes the whole state; sharded (fsdp/hsdp): every rank writes its"
         " shards (torch.distributed.checkpoint) to the run's folder, which the nodes must share")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
+    checkpoints: Flag = Field(True, description="write checkpoints (--no-checkpoints: none, for benchmarks whose"
+                              " state outgrows the disk; such a run cannot be resumed)")
     profile_steps: str | None = Field(None, pattern=r"^\d+-\d+$", description="N-M: trace optimizer steps N..M"
                                       " of rank 0 with torch.profiler into <run>/profile/")
     log_every: int = Field(10, ge=1, description="optimizer steps between metric rows (one host sync each)")

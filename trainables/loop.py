@@ -156,6 +156,9 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
                metrics: dict[str, float]) -> None:
     """Rank 0 writes the state to a fresh folder (sharded: every rank writes its shards into one on the shared
     storage); every rank reports (Ray's report is collective)."""
+    if not cfg.checkpoints:
+        reporter.checkpoint(metrics, None)
+        return
     if state.sharded_dir is not None:
         folder = sharded_checkpoint(state, cfg, ctx)
     else:
