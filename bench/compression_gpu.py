@@ -31,6 +31,7 @@ def run(compression: str, folder: Path) -> dict:
     for column in ("allreduce_ms_per_step_mean", "allreduce_mib_per_step_mean", "allreduce_share_mean"):
         if column in rows:
             summary[column.removesuffix("_mean")] = float(rows[column].median())
+    print(compression, json.dumps(summary), flush=True)  # a call cut short still shows the runs it finished
     return summary
 
 

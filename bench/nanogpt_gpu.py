@@ -72,6 +72,7 @@ def ours(precision: str, folder: Path) -> dict:
     if summary is None:
         raise SystemExit(f"gpt-1.3b {precision} failed: {tail}")
     summary["energy_j_per_1k_tokens"] = summary.pop("energy_j_per_token", float("nan")) * 1000
+    print(precision, json.dumps(summary), flush=True)  # a call cut short still shows the runs it finished
     return summary
 
 
@@ -88,6 +89,7 @@ def main() -> None:
     bare = subprocess.run([sys.executable, __file__, "--nanogpt", str(args.nanogpt), "--bare-only"],
                           capture_output=True, text=True, check=True)
     nanogpt = json.loads(bare.stdout.strip().splitlines()[-1])
+    print("nanogpt", json.dumps(nanogpt), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         bf16 = ours("bf16", Path(tmp))
         fp8 = ours("fp8", Path(tmp))
