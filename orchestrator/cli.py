@@ -1,4 +1,4 @@
-"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool, top, jobs. Bad input is one line on stderr and
+"""`orchestrator`: launch, plan, sweep, doctor, cluster, pool, top, jobs, up, down. Bad input is one line on stderr and
 exit code 2.
 
 Each command imports what it needs when it runs (the imports marked `deferred: per command`): parsing the
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -98,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(pool_up, LaunchConfig, prefix="o.", skip=tuple(set(LaunchConfig.model_fields) - set(POOL_FIELDS)))
     pool_down = pool_sub.add_parser("down", help="stop the pool's workers (a running job ends first)")
     pool_down.add_argument("--address", required=True)
+    standing = sub.add_parser("up", help="a local Ray with a warm pool that launches with no --address run on,"
+                              " until `orchestrator down` or the idle timeout")
+    add_model_flags(standing, LaunchConfig, prefix="o.",
+                    skip=tuple(set(LaunchConfig.model_fields) - set(POOL_FIELDS)) + ("address",))
+    standing.add_argument("--idle-timeout", type=float, default=3600.0, metavar="SECONDS",
+                          help="end it after this long with no launch on it (default: 3600)")
+    sub.add_parser("down", help="end what `orchestrator up` started")
     return parser
 
 
@@ -143,8 +151,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         k for k in result.metrics if k not in ("report", "step", "epoch")][:4]  # a function's own metrics
     metrics = ": " + ", ".join(f"{k}={result.metrics[k]:.4g}" for k in shown) if shown else ""
     details = "".join(f"\n  {line}" for line in summary_lines(result.summary))
-    Console(stderr=True, width=200).print(f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}"
-                                          f"{details}\n  results: {result.path}", soft_wrap=True, highlight=False)
+    Console(stderr=True, width=200).print(
+        f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}{details}\n"
+        f"  workers: {result.workers}\n  results: {result.path}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -246,6 +255,28 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    if not 0 < args.idle_timeout < math.inf:
+        raise ConfigError(f"--idle-timeout {args.idle_timeout:g}: give the seconds it may stay idle, > 0")
+    cfg = resolve_launch(overrides_from(args, "o."))  # first: a bad setting is refused before any import
+    from orchestrator.admin import local_up  # deferred: per command
+    from orchestrator.preflight import checked_plan  # deferred: per command (imports torch)
+
+    spec, the_plan, _ = checked_plan(cfg)
+    address, log_dir, seconds = local_up.start(spec, the_plan, args.idle_timeout)
+    print(f"up at {address} in {seconds:.1f} s with a warm pool of {the_plan.workers} workers: launches with no"
+          f" --address run there; `orchestrator down` ends it (else {args.idle_timeout:g} s idle do; pool logs:"
+          f" {log_dir})")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from orchestrator.admin import local_up  # deferred: per command
+
+    print(f"stopped the local Ray at {local_up.stop()}")
+    return 0
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
 
     if args.cluster_command == "down":
@@ -332,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             return doctor(args.address, with_ray=not args.no_ray)
         commands = {"launch": cmd_launch, "plan": cmd_plan, "cluster": cmd_cluster, "sweep": cmd_sweep,
-                    "pool": cmd_pool, "top": cmd_top, "jobs": cmd_jobs}
+                    "pool": cmd_pool, "top": cmd_top, "jobs": cmd_jobs, "up": cmd_up, "down": cmd_down}
         return commands[args.command](args)
     except ConfigError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)

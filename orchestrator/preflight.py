@@ -5,6 +5,7 @@ before anything is written; each refusal is one ConfigError line."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -13,10 +14,13 @@ from cluster.plan import Plan, plan
 from cluster.spec import ClusterSpec, load_spec
 from groundwork.address import wait_reachable
 from groundwork.errors import ConfigError
+from groundwork.localray import standing_address
 from orchestrator.config import LaunchConfig
 from orchestrator.raytrain.job import resolve_entry, takes_config
 from trainables.data.check import check_data
 from trainables.run import check_config, dataset_of
+
+log = logging.getLogger(__name__)
 
 
 def check_entry(entry: str) -> None:
@@ -80,6 +84,14 @@ def check_fp8(cfg: LaunchConfig, the_plan: Plan) -> None:
         raise ConfigError("precision fp8 needs torchao (PyTorch's float8 training): pip install torchao")
 
 
+def standing_ray(spec: ClusterSpec) -> str | None:
+    """The local Ray of `orchestrator up`, if one runs with this spec: a launch with no address runs there."""
+    address = standing_address(spec.name) if spec.num_nodes == 1 else None
+    if address is not None:
+        log.info("on the local Ray of `orchestrator up` at %s (`orchestrator down` ends it)", address)
+    return address
+
+
 def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     """Spec, plan and Ray address for a launch, after every check that needs no cluster."""
     spec = load_spec(cfg.cluster)
@@ -99,7 +111,7 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
         check_fp8(cfg, the_plan)
     if cfg.mlflow and importlib.util.find_spec("mlflow") is None:
         raise ConfigError(f"--mlflow {cfg.mlflow}: MLflow is not installed: pip install mlflow-skinny")
-    address = cfg.address or spec.address
+    address = cfg.address or spec.address or standing_ray(spec)
     if address is None and spec.num_nodes > 1:
         raise ConfigError(f"the cluster spec describes {spec.num_nodes} nodes but no Ray address is given:"
                           " pass --address or set address: in the spec")

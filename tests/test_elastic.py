@@ -17,7 +17,8 @@ import pytest
 from conftest import DATA, run_cli
 
 from cluster.spec import load_spec
-from orchestrator.admin.nodes import _kill_tree, _node_args, _pids_naming, _start, down, up
+from groundwork.localray import kill_tree, pids_naming
+from orchestrator.admin.nodes import _node_args, _start, down, up
 
 TWO_NODES = DATA / "clusters" / "two_nodes.yaml"
 SECOND_NODE = "runtime_resources_node1"  # in the command line of every process of node 1 (see raystart)
@@ -46,7 +47,7 @@ def test_a_run_loses_a_node_goes_on_with_one_worker_and_the_next_run_gets_two(cl
     deadline = time.monotonic() + 300
     while not list(run_dir.glob("checkpoint_*")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _kill_tree(SECOND_NODE) == 0  # node 1's raylet, agents and the worker on it: gone at once
+    assert kill_tree(SECOND_NODE) == 0  # node 1's raylet, agents and the worker on it: gone at once
     out, err = cli.communicate(timeout=600)
     assert cli.returncode == 0, err[-3000:]
     rows = train_rows(run_dir)
@@ -108,7 +109,7 @@ def test_a_preemption_notice_checkpoints_at_once_and_the_run_goes_on_from_it(clu
     assert drained.returncode == 0, drained.stderr[-2000:]
     step = int(wait_for(logs / "rank-0.log", r"about to be reclaimed: checkpoint at step (\d+)"))
     assert step % STEPS_PER_EPOCH != 0  # written when told, not at an epoch's end
-    for pid in _pids_naming(SECOND_NODE):  # the cloud takes the node: gone at once, no goodbye to Ray
+    for pid in pids_naming(SECOND_NODE):  # the cloud takes the node: gone at once, no goodbye to Ray
         os.kill(pid, signal.SIGKILL)
     out, err = cli.communicate(timeout=600)
     assert cli.returncode == 0, err[-3000:]

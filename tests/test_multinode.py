@@ -16,7 +16,9 @@ from conftest import DATA, run_cli
 from helpers import final_weights, max_abs_diff, script_pids
 
 from cluster.spec import load_spec
-from orchestrator.admin.nodes import STATE, _env, _kill_tree, down, temp_dir, up
+from groundwork.localray import CLUSTER_STATE as STATE
+from groundwork.localray import kill_tree, temp_dir
+from orchestrator.admin.nodes import cluster_env, down, up
 from trainables.config import TrainConfig
 from trainables.local import train_locally
 
@@ -140,10 +142,10 @@ def open_head():
     command = [sys.executable, "-m", "orchestrator.admin.raystart", "start", "--head", "--port", str(port),
                "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard=false",
                "--disable-usage-stats", "--temp-dir", temp_dir(port)]
-    subprocess.run(command, env={**_env(), "RAY_AUTH_MODE": "disabled"}, check=True, capture_output=True,
+    subprocess.run(command, env={**cluster_env(), "RAY_AUTH_MODE": "disabled"}, check=True, capture_output=True,
                    timeout=180)
     yield f"127.0.0.1:{port}"
-    _kill_tree(temp_dir(port))
+    kill_tree(temp_dir(port))
 
 
 def test_joining_a_cluster_without_token_auth_warns(open_head):

@@ -4,25 +4,21 @@ cluster spec before renting one. Every node is its own `ray start` (its own rayl
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec, NodeGroup
 from groundwork.address import free_port
 from groundwork.errors import ConfigError
+from groundwork.localray import CLUSTER_STATE, kill_tree, live_address, temp_dir
 from orchestrator.raytrain.auth import ensure_token
 
-STATE = Path.home() / ".orchestrator" / "local-cluster.json"
 
-
-def _env() -> dict[str, str]:
+def cluster_env() -> dict[str, str]:
     # Token auth stays on: the head makes the token (~/.ray/auth_token), joining nodes must present it.
     # Ray's single-host switch: every process of the cluster (raylets, dashboard agents and their job agent,
     # workers) then takes 127.0.0.1 for this node's address instead of the LAN one, which nothing listens
@@ -41,27 +37,19 @@ def _node_args(group: NodeGroup) -> list[str]:
 
 def _start(args: list[str], node: int) -> None:
     command = [sys.executable, "-m", "orchestrator.admin.raystart", "start", *args]
-    env = {**_env(), "ORCHESTRATOR_RUNTIME_ENV_DIR": f"runtime_resources_node{node}"}  # see raystart
+    env = {**cluster_env(), "ORCHESTRATOR_RUNTIME_ENV_DIR": f"runtime_resources_node{node}"}  # see raystart
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise ConfigError(f"ray start failed: {tail[0]}")
 
 
-def temp_dir(port: int) -> str:
-    """The cluster's own Ray temp folder: every process of it names it on its command line, which is how
-    `down` finds them without touching another Ray on this machine (`ray stop` would stop them all)."""
-    return f"/tmp/orchestrator-ray-{port}"
-
-
-def up(spec: ClusterSpec, port: int = 6390) -> str:
-    """Start one Ray node per node of the spec (head first) and return the head's address."""
-    if STATE.exists():
-        state = json.loads(STATE.read_text())
-        if _pids_naming(temp_dir(state["port"])):
-            raise ConfigError(f"a local cluster is already up ({state['address']}):"
-                              " run `orchestrator cluster down` first")
-        STATE.unlink()  # its processes are gone (a reboot, a killed session): the file is stale
+def up(spec: ClusterSpec, port: int = 6390, state_file: Path = CLUSTER_STATE,
+       down_command: str = "orchestrator cluster down") -> str:
+    """Start one Ray node per node of the spec (head first), record them in `state_file` and return the head's
+    address."""
+    if (running := live_address(state_file)) is not None:
+        raise ConfigError(f"a local cluster is already up ({running}): run `{down_command}` first")
     head = spec.head
     ensure_token()  # the head reads it, joining nodes and drivers present it (a fresh machine has none)
     # The dashboard serves Ray's Jobs API (`launch --detach`, `orchestrator jobs`): on loopback only.
@@ -75,43 +63,19 @@ def up(spec: ClusterSpec, port: int = 6390) -> str:
         for node, group in enumerate(others, start=1):
             _start(["--address", address, *_node_args(group)], node)
     except ConfigError:
-        _kill_tree(temp_dir(port))  # what a start cut short left (a GCS whose dashboard failed holds the port)
+        kill_tree(temp_dir(port))  # what a start cut short left (a GCS whose dashboard failed holds the port)
         raise
-    STATE.parent.mkdir(parents=True, exist_ok=True)
-    STATE.write_text(json.dumps({"address": address, "port": port, "cluster": spec.name,
-                                 "nodes": spec.num_nodes}))
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.write_text(json.dumps({"address": address, "port": port, "cluster": spec.name,
+                                      "nodes": spec.num_nodes}))
     return address
 
 
-def _pids_naming(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue  # exited while we looked
-    return pids
-
-
-def _kill_tree(marker: str, grace_s: float = 10.0) -> int:
-    pids = _pids_naming(marker)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
-        while (pids := [p for p in pids if Path(f"/proc/{p}").exists()]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    return len(pids)
-
-
-def down() -> str:
-    """Stop the nodes `up` started (and nothing else) and forget the local cluster."""
-    if not STATE.exists():
-        raise ConfigError("no local cluster is up: start one with `orchestrator cluster up SPEC`")
-    state = json.loads(STATE.read_text())
-    _kill_tree(temp_dir(state["port"]))
-    STATE.unlink()
+def down(state_file: Path = CLUSTER_STATE, up_command: str = "orchestrator cluster up SPEC") -> str:
+    """Stop the nodes `up` recorded in `state_file` (and nothing else) and forget them."""
+    if not state_file.exists():
+        raise ConfigError(f"no local cluster is up: start one with `{up_command}`")
+    state = json.loads(state_file.read_text())
+    kill_tree(temp_dir(state["port"]))
+    state_file.unlink(missing_ok=True)
     return state["address"]

@@ -15,7 +15,7 @@ from ray.job_submission import JobDetails, JobSubmissionClient
 
 from groundwork.address import wait_reachable
 from groundwork.errors import ConfigError, OrchestratorError, RunFailed
-from orchestrator.admin.nodes import STATE
+from groundwork.localray import CLUSTER_STATE
 
 QUIET_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging",
                  "ray.dashboard.modules.job.sdk")
@@ -25,7 +25,7 @@ META_KEY = "orchestrator"  # in a job's metadata: which of Ray's jobs are ours (
 def default_address(address: str | None) -> str:
     """The address given (--address, or the cluster spec's), else the cluster `orchestrator cluster up` started
     here."""
-    found = address or (json.loads(STATE.read_text())["address"] if STATE.exists() else None)
+    found = address or (json.loads(CLUSTER_STATE.read_text())["address"] if CLUSTER_STATE.exists() else None)
     if found is None:
         raise ConfigError("no Ray cluster named: pass --address HOST:PORT or a --cluster spec with an address"
                           " (or start one on this machine with `orchestrator cluster up SPEC`)")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, Interrupted, RunFailed
+from groundwork.localray import in_use
 from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
 from orchestrator.launcher.on_pool import run_on_pool
 from orchestrator.launcher.own_group import fit_own_group
@@ -43,6 +44,7 @@ class RunResult:
     checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
     rows: list[dict[str, float]]
     seconds: float
+    workers: str  # where the job ran: the warm pool of a Ray cluster, or a worker group of its own
 
 
 def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, Path]:
@@ -114,8 +116,9 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     job = launch_job(cfg, run_dir, resume, the_plan)
     started = time.perf_counter()
     try:
-        with ray_session(spec, address, cfg.dashboard, cfg.verbose):
-            if _on_pool(cfg, the_plan, address):
+        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose):
+            pooled = _on_pool(cfg, the_plan, address)
+            if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
             else:
                 new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
@@ -132,8 +135,10 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         plot_loss(rows, run_dir, title)
         plot_telemetry(rows, run_dir, title)
     mark(run_dir, "finished")
+    workers = f"the warm pool at {address}" if pooled else (
+        f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), write_summary(rows, run_dir), checkpoint, rows,
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, workers)
 
 
 def set_aside_torn_snapshot(run_dir: Path) -> None:
