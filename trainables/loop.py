@@ -29,10 +29,8 @@ from trainables.data.samplers import ResumableSampler
 from trainables.flops import mfu, peak_flops
 from trainables.health import Health
 from trainables.objective import Objective, batch_to_device
-from trainables.parallel import unwrap
+from trainables.parallel import is_sharded, unwrap
 from trainables.parallel.comm import AllReduceTimer
-from trainables.parallel.dcp import save_sharded
-from trainables.parallel.fsdp import full_state, is_sharded
 from trainables.precision import MixedPrecision
 from trainables.profiling import StepProfiler
 
@@ -67,6 +65,8 @@ class TrainState:
         """The whole state, in one format for every strategy: a sharded model's is gathered (every rank must
         call it then; rank 0 gets it)."""
         if is_sharded(self.model):
+            from trainables.parallel.fsdp import full_state  # deferred: sharded runs only (see is_sharded)
+
             model, optimizer = full_state(self.model, self.optimizer)
         else:
             model, optimizer = unwrap(self.model).state_dict(), self.optimizer.state_dict()
@@ -173,6 +173,8 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
 
 def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext) -> str | None:
     """DCP's folder for this step, written by every rank; its path on rank 0, None on the others."""
+    from trainables.parallel.dcp import save_sharded  # deferred: sharded runs only (see is_sharded)
+
     assert state.sharded_dir is not None
     partial = state.sharded_dir / f".partial-sharded-step{state.position.step}"
     folder = state.sharded_dir / f".sharded-step{state.position.step}"

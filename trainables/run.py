@@ -29,9 +29,7 @@ from trainables.flops import flops_per_sample
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
 from trainables.models import build_model, check_pairing, model_entry
 from trainables.objective import objective_of
-from trainables.parallel import parallelize, unwrap
-from trainables.parallel.dcp import load_sharded
-from trainables.parallel.fsdp import is_sharded, load_full_state
+from trainables.parallel import is_sharded, parallelize, unwrap
 from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
 
@@ -107,8 +105,12 @@ def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: Data
 def restore(state: TrainState, saved: dict[str, Any], cfg: TrainConfig) -> None:
     """Load a checkpoint of any strategy (they share one format); a sharded model keeps its own shards."""
     if saved.get("format") == "sharded":
+        from trainables.parallel.dcp import load_sharded  # deferred: sharded checkpoints only (see is_sharded)
+
         load_sharded(state.model, state.optimizer, Path(saved["folder"]))
     elif is_sharded(state.model):
+        from trainables.parallel.fsdp import load_full_state  # deferred: as above
+
         load_full_state(state.model, state.optimizer, saved["model"], saved["optimizer"])
     else:
         unwrap(state.model).load_state_dict(saved["model"])

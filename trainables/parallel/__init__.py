@@ -5,6 +5,7 @@ the micro-batches before an optimizer step (Lightning Fabric's `no_backward_sync
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +20,6 @@ from trainables.parallel.comm import AllReduceTimer, register_comm
 from trainables.parallel.ddp import wrap_ddp
 from trainables.parallel.dp import wrap_dp
 from trainables.parallel.float8 import float8_linears
-from trainables.parallel.fsdp import no_gradient_sync, wrap_fsdp
 from trainables.parallel.pipeline import pipeline_ddp
 
 
@@ -52,6 +52,14 @@ def _with_no_sync(model: nn.Module, cfg: TrainConfig) -> Parallel:
     return Parallel(model, contextlib.nullcontext)
 
 
+def is_sharded(model: nn.Module) -> bool:
+    """Whether FSDP2 holds `model`. FSDP and DCP (with DTensor and sympy: ~0.5 s of import in every worker and
+    driver) are imported by the runs that shard or write sharded checkpoints only, so a process that never
+    imported FSDP holds no model of it."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(unwrap(model), fsdp.FSDPModule)
+
+
 def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Parallel:
     """Wrap a built model in the configured strategy; the loop only ever sees the result."""
     checkpoint_activations(model, cfg.activation_checkpointing)
@@ -60,6 +68,8 @@ def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Paralle
     if cfg.strategy == "model-parallel":
         return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
     if cfg.sharded and ctx.distributed:
+        from trainables.parallel.fsdp import no_gradient_sync, wrap_fsdp  # deferred: see is_sharded
+
         sharded = wrap_fsdp(model, cfg, ctx)
         # compiled after sharding: FSDP's hooks sit on the blocks, which the compiled graph calls
         return Parallel(torch.compile(sharded) if cfg.compile else sharded, lambda: no_gradient_sync(sharded))

@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
@@ -61,12 +61,6 @@ def device_mesh(cfg: TrainConfig, ctx: DistContext) -> DeviceMesh:
         raise ConfigError(f"hsdp: {ctx.world_size} workers do not divide into shard groups of {shard}:"
                           " set shard_size to a divisor of the workers")
     return init_device_mesh(ctx.device.type, (ctx.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
-
-
-def is_sharded(model: nn.Module) -> bool:
-    from trainables.parallel import unwrap  # deferred: the package imports this module
-
-    return isinstance(unwrap(model), FSDPModule)
 
 
 def no_gradient_sync(model: nn.Module) -> contextlib.AbstractContextManager:
