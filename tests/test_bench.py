@@ -18,8 +18,8 @@ from conftest import REPO
     pytest.param("sweep_overhead.py", {"step_fraction", "trials_per_minute", "wall_s", "trials", "command"},
                  marks=pytest.mark.slow),
     ("input_pipeline.py", {"loader_images_per_s", "model_images_per_s_parquet", "loader_over_model", "command"}),
-    pytest.param("startup.py", {"first_step_ratio", "pool_first_step_ratio", "script_first_step_ratio", "median_s",
-                                "runs", "command"}, marks=pytest.mark.slow),
+    pytest.param("startup.py", {"first_step_ratio", "pool_first_step_ratio", "up_first_step_ratio",
+                                "script_first_step_ratio", "median_s", "runs", "command"}, marks=pytest.mark.slow),
 ])
 def test_bench_quick_mode_writes_results(tmp_path, script, keys):
     out = tmp_path / "result.json"
