@@ -62,6 +62,11 @@ def live_address(state_file: Path) -> str | None:
     return None
 
 
+def started_here(address: str) -> bool:
+    """Whether `address` is a cluster this machine's `cluster up` or `up` started (always with token auth)."""
+    return address in (live_address(CLUSTER_STATE), live_address(UP_STATE))
+
+
 def standing_address(spec_name: str) -> str | None:
     """The address of a running `orchestrator up` started with the cluster spec named `spec_name`, else None."""
     address = live_address(UP_STATE)

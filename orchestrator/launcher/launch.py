@@ -19,7 +19,6 @@ from groundwork.errors import ConfigError, Interrupted, RunFailed
 from groundwork.localray import in_use
 from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
 from orchestrator.launcher.on_pool import run_on_pool
-from orchestrator.launcher.own_group import fit_own_group
 from orchestrator.launcher.results import dedupe_rows, plot_loss, plot_telemetry, read_rows, write_rows
 from orchestrator.launcher.summary import write_summary
 from orchestrator.preflight import checked_plan
@@ -121,6 +120,8 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
             else:
+                from orchestrator.launcher.own_group import fit_own_group  # deferred: Ray Train, ~1 s of import
+
                 new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
     except RunFailed as exc:
         raise after_failure(cfg, run_dir, resume, exc) from exc

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec
 from groundwork.address import wait_reachable
+from groundwork.localray import started_here
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
 def join(address: str, verbose: bool = True) -> None:
     """Connect this driver to a running cluster (token: see present_token); warn if it takes anyone."""
     wait_reachable(address)
-    warn_if_open(address)
+    if not started_here(address):  # ours run with token auth: the probe (a Python process, ~0.5 s) is for others
+        warn_if_open(address)
     if address.split(":")[0] in ("127.0.0.1", "localhost"):
         bind_to_loopback()  # a `cluster up` cluster: this driver's node is 127.0.0.1 too
     ray.init(address=address, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)

@@ -29,7 +29,6 @@ from groundwork.errors import ConfigError, RunFailed
 from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.session import join
 from orchestrator.warm.client import OnReport, OnRow, serve
-from orchestrator.warm.driver import WarmGroups
 
 log = logging.getLogger(__name__)
 NAMESPACE = "orchestrator-pool"  # every driver finds the pool here, whatever namespace it runs in
@@ -68,6 +67,8 @@ class PoolKeeper:
     up. Made a detached actor by `pool_up`."""
 
     def __init__(self, the_plan: Plan) -> None:
+        from orchestrator.warm.driver import WarmGroups  # deferred: Ray Train (~1 s), which launches need not import
+
         folder = Path(the_plan.storage_path) / POOL_DIR / datetime.now().strftime("%Y%m%d-%H%M%S")
         self.shape = GroupShape.of(the_plan)
         # A job's own error may cost the group a restart (see orchestrator.warm.worker): the pool restarts forever.
