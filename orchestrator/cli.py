@@ -262,6 +262,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from orchestrator.admin import local_up  # deferred: per command
     from orchestrator.preflight import checked_plan  # deferred: per command (imports torch)
 
+    local_up.check_one_node(load_spec(cfg.cluster))  # before checked_plan, which would ask for an --address
     spec, the_plan, _ = checked_plan(cfg)
     address, log_dir, seconds = local_up.start(spec, the_plan, args.idle_timeout)
     print(f"up at {address} in {seconds:.1f} s with a warm pool of {the_plan.workers} workers: launches with no"

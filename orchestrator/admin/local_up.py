@@ -25,13 +25,17 @@ from orchestrator.admin.nodes import cluster_env, down, up
 DOWN, UP = "orchestrator down", "orchestrator up"
 
 
+def check_one_node(spec: ClusterSpec) -> None:
+    if spec.num_nodes > 1:
+        raise ConfigError(f"`{UP}` starts Ray on this machine, the spec describes {spec.num_nodes} nodes: start"
+                          " them with `ray start` (or `orchestrator cluster up`) and then `orchestrator pool up`")
+
+
 def start(spec: ClusterSpec, the_plan: Plan, idle_timeout_s: float) -> tuple[str, str, float]:
     """Start Ray, the pool and the idle watcher; (the address, the pool's log folder, seconds it took)."""
     from orchestrator.warm.pool import pool_up  # deferred: imports Ray
 
-    if spec.num_nodes > 1:
-        raise ConfigError(f"`{UP}` starts Ray on this machine, the spec describes {spec.num_nodes} nodes: start"
-                          " them with `ray start` (or `orchestrator cluster up`) and then `orchestrator pool up`")
+    check_one_node(spec)
     started = time.perf_counter()
     port = free_port()
     address = up(spec, port, UP_STATE, down_command=DOWN)
