@@ -28,9 +28,19 @@ def write_result(result: dict, out: Path | None) -> None:
         out.write_text(json.dumps(result, indent=2) + "\n")
 
 
+def gpu_names() -> str:
+    """The GPUs nvidia-smi lists ("" where it is missing): which card a figure was measured on."""
+    try:
+        found = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return ", ".join(found.stdout.split("\n")[:-1]) if found.returncode == 0 else ""
+
+
 def provenance() -> dict[str, str]:
-    """Where and how a result was made: the machine and the exact command, kept in every result file."""
-    return {"machine": f"{platform.machine()}, Python {platform.python_version()}",
+    """Where and how a result was made: the machine, its GPUs and the exact command, kept in every result file."""
+    return {"machine": f"{platform.machine()}, Python {platform.python_version()}", "gpus": gpu_names(),
             "command": " ".join(["python3", *sys.argv])}
 
 
