@@ -4,6 +4,7 @@
   before anything is written or started.
 - RunFailed: the run itself failed (a worker's error, a hang, a non-finite loss). The CLI prints its one line
   and exits 1.
+- Preempted: a rank told to stop (SIGTERM) ended after its checkpoint; the run restarts from it, not a failure.
 - JobError: the job's own fault (its settings, weights or checkpoints), raised alike on every rank at the same
   point of the job. That is what lets a warm worker group tell "this job failed" from "this group broke": the
   ranks are still in step after a JobError, so the group serves the next job; any other exception in a worker
@@ -50,6 +51,12 @@ class ScriptExited(RunFailed):
 
     def __reduce__(self):  # rebuilt from its fields when Ray carries it to the driver
         return (ScriptExited, (self.rank, self.code, self.last_line, self.at))
+
+
+class Preempted(OrchestratorError, RuntimeError):
+    """A rank told to stop (SIGTERM: how Kubernetes, SLURM and a spot VM's shutdown give notice before they
+    kill) ended once the checkpoint it asked for was written: the run restarts from it, and the restart is not
+    charged to --max-failures."""
 
 
 class JobError(OrchestratorError, RuntimeError):

@@ -172,6 +172,24 @@ def test_a_killed_worker_restarts_from_its_checkpoint_and_ends_equal(three_epoch
     assert frame["step"].is_monotonic_increasing and frame["val_acc"].notna().sum() == 3  # replay deduped
 
 
+def test_sigterm_to_a_worker_checkpoints_at_once_and_the_restart_is_not_a_failure(three_epochs, ray_local):
+    # As Kubernetes, SLURM or a spot VM's shutdown give notice; --max-failures 0: any failure would end the run.
+    result, pid, step = launch_and_signal(ray_local, "sigterm", rank=1, at_step=20, sig=signal.SIGTERM,
+                                          epochs=3, max_failures=0)
+    run = result()
+    assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(run.checkpoint)) == 0.0
+    told = (run.path / "logs" / "rank-1.log").read_text()
+    assert "SIGTERM: taken as a preemption notice" in told and f"pid {pid}," in told and told.count("rank 1 of 2") == 2
+    assert told.count("SIGTERM: taken as") == 1  # Ray's own SIGTERM when it ends the group is Ray's to handle
+    main = (run.path / "logs" / "rank-0.log").read_text()
+    saved = [int(line.rsplit(" ", 1)[1]) for line in main.splitlines() if "about to be reclaimed: checkpoint" in line]
+    resumed = [int(line.rsplit("step ", 1)[1]) for line in main.splitlines() if "resumed at epoch" in line]
+    # The restart goes on from the checkpoint written when told: the next log point's, or an epoch end's where
+    # that came first; nothing is lost.
+    assert len(resumed) == 1 and resumed[0] >= step and saved in ([], resumed), (step, saved, resumed)
+    assert "SIGTERM: taken as" not in main  # the ranks not told end with their group, at once
+
+
 def test_resume_skips_a_corrupt_latest_checkpoint(three_epochs):
     first = orchestrator.launch(**DIGITS, epochs=3, stop_after_epochs=2, name="corrupt")
     newest, older = checkpoints_in(first.path)[:2]

@@ -41,7 +41,8 @@ class Reporter(Protocol):
     `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None);
     `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap);
     `preemption_notice` on every rank at each log point: whether the cluster said a node of this run is about
-    to be reclaimed (local and cheap; the loop agrees on it across ranks and checkpoints at once)."""
+    to be reclaimed, or this process was told to stop (SIGTERM) (local and cheap; the loop agrees on it across
+    ranks and checkpoints at once; `checkpoint` then ends the rank that was told, by raising)."""
 
     def log(self, row: dict[str, float]) -> None: ...
 

@@ -166,9 +166,11 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
         whole = state.state_dict(cfg) if folder or is_sharded(state.model) else None  # gathering takes every rank
         if folder:
             save_state(whole, folder)
-    reporter.checkpoint(metrics, folder)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        reporter.checkpoint(metrics, folder)
+    finally:  # also when the reporter ends this rank (told to stop, see Reporter.preemption_notice)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext) -> str | None:

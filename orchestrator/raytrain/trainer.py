@@ -23,6 +23,7 @@ from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, JobError, ScriptExited
+from orchestrator.raytrain.preemption import ListenForSigterm, SigtermIsPreemption
 
 ABORT_TIMEOUT_S = 30
 EXPECTED = (ConfigError, JobError)  # errors a run may meet that its message says all of
@@ -40,11 +41,16 @@ class LeanTrainer(TorchTrainer):
     - Ray's PlacementGroupCleaner polls the State API, which needs the dashboard we keep off; a launch's
       group goes with its job, and a sweep's reaper removes a stopped trial's group.
     - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
-      Datasets (ours never have any: the loop reads its own DataLoaders)."""
+      Datasets (ours never have any: the loop reads its own DataLoaders).
+    With `sigterm_notice`, SIGTERM to a worker is a preemption notice (see orchestrator.raytrain.preemption)."""
+
+    def __init__(self, *args: Any, sigterm_notice: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sigterm_notice = sigterm_notice
 
     def _create_default_callbacks(self) -> list:
         # Ray 2.60 internals: both are among the default controller callbacks.
-        out = []
+        out = [ListenForSigterm()] if self.sigterm_notice else []
         for callback in super()._create_default_callbacks():
             if isinstance(callback, DatasetsCallback) and not self.datasets:
                 out.append(_NoDatasets())
@@ -63,6 +69,11 @@ class LeanTrainer(TorchTrainer):
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGINT, on_sigint)
+
+    def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+        if self.sigterm_notice:  # Ray 2.60: the policy is a controller argument that fit() makes
+            controller_init_kwargs["failure_policy"] = SigtermIsPreemption(self.run_config.failure_config)
+        return super()._initialize_and_run_controller(**controller_init_kwargs)
 
     def fit(self) -> Any:
         previous = signal.getsignal(signal.SIGINT)
@@ -92,11 +103,12 @@ def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
                  datasets: dict[str, str] | None = None, backend: str | None = None,
-                 nsight: bool = False, min_workers: int | None = None) -> TorchTrainer:
+                 nsight: bool = False, min_workers: int | None = None, sigterm_notice: bool = False) -> TorchTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
     workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate).
     With `min_workers`, elastic (Train V2): the group starts with as many of the plan's workers as fit, at
-    least `min_workers`, and restarts with those that remain after a node is lost."""
+    least `min_workers`, and restarts with those that remain after a node is lost. With `sigterm_notice`, a
+    worker told SIGTERM checkpoints and the restart is not a failure (the shared loop's workers only)."""
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
@@ -117,6 +129,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
                                 **({"_nsight": "default"} if nsight else {})},  # RuntimeEnv(nsight=...) in 2.60
             callbacks=callbacks,
         ),
+        sigterm_notice=sigterm_notice,
     )
 
 

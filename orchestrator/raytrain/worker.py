@@ -15,10 +15,12 @@ import ray.train
 import ray.train.torch
 from ray.train.v2._internal.execution.context import get_train_context as get_internal_train_context
 
+from groundwork.errors import Preempted
 from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.logs import rank_output, setup_rank_logging
+from orchestrator.raytrain.preemption import end_if_told, told
 from orchestrator.raytrain.script import run_script
 from orchestrator.raytrain.watchdog import Heartbeat
 from trainables.checkpoint import resume_state
@@ -31,7 +33,8 @@ log = logging.getLogger("orchestrator.worker")
 
 class RayReporter:
     """Rows to the driver's MetricsSink (async); checkpoints through ray.train.report (collective); progress
-    to this rank's heartbeat thread."""
+    to this rank's heartbeat thread; a preemption notice from Ray or SIGTERM, after whose checkpoint the rank
+    told ends (see orchestrator.raytrain.preemption)."""
 
     def __init__(self, sink: Any, heartbeat: Heartbeat | None = None) -> None:
         self.sink = sink
@@ -44,6 +47,7 @@ class RayReporter:
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
         ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
         ray.train.report(metrics, checkpoint=ckpt)
+        end_if_told(int(metrics.get("step", -1)))
 
     def progress(self, step: int) -> None:
         if self.heartbeat is not None:
@@ -51,7 +55,10 @@ class RayReporter:
 
     def preemption_notice(self) -> bool:
         """What Ray Train's controller told this worker of a node being drained for preemption (a spot
-        reclaim): read locally, as ray.train.get_preemption_info would before its collective (Ray 2.60)."""
+        reclaim): read locally, as ray.train.get_preemption_info would before its collective (Ray 2.60); or
+        SIGTERM to this process."""
+        if told():
+            return True
         try:
             return get_internal_train_context().preemption_context.preemption_info is not None
         except (AttributeError, RuntimeError):
@@ -111,6 +118,9 @@ def train_worker(args: WorkerArgs) -> None:
             else:
                 run_training(train_for(job, ctx), ctx, RayReporter(args.sink, beat), latest_state(job),
                              job.run_dir, job.user)
+        except Preempted as told_to_stop:  # asked for: its message says all (see raytrain.preemption)
+            log.warning("%s", told_to_stop)
+            raise
         except Exception:
             log.exception("rank %d failed", ctx.rank)  # the whole traceback, in this rank's own log
             raise
