@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from cluster.detect import detect
 from groundwork.address import check_address
+from groundwork.errors import ConfigError
+from groundwork.remote import is_uri, open_uri
 from groundwork.yamlio import read_yaml, validate_doc
 
 _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
@@ -108,8 +110,19 @@ class NodeGroup(_Strict):
 
 
 class Storage(_Strict):
-    path: str = Field("runs", min_length=1, description="where runs and checkpoints go")
+    path: str = Field("runs", min_length=1, description="where runs and checkpoints go: a folder, or a URI that"
+                      " pyarrow opens (s3://bucket/runs, gs://, hdfs://, file:///mnt/runs)")
     shared: bool = Field(False, description="true when every node sees this path (NFS, Lustre, a bucket)")
+
+    @field_validator("path")
+    @classmethod
+    def _uri_opens(cls, path: str) -> str:
+        if is_uri(path):
+            try:
+                open_uri(path)
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix(f"storage.path {path}: ")) from None
+        return path
 
 
 class Launcher(_Strict):

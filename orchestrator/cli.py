@@ -153,7 +153,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     details = "".join(f"\n  {line}" for line in summary_lines(result.summary))
     Console(stderr=True, width=200).print(
         f"[bold green]run {result.name}[/] done in {result.seconds:.1f} s{metrics}{details}\n"
-        f"  workers: {result.workers}\n  results: {result.path}", soft_wrap=True, highlight=False)
+        f"  workers: {result.workers}\n  results: {result.stored or result.path}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -165,7 +165,7 @@ def detached_launch(cfg: LaunchConfig, resume: bool) -> int:
     return 0
 
 
-def print_submitted(what: str, name: str, job_id: str, folder: Path) -> None:
+def print_submitted(what: str, name: str, job_id: str, folder: str) -> None:
     print(f"{what} {name} submitted as job {job_id}; results: {folder}\n  follow: orchestrator jobs logs {name} -f"
           f"\n  stop: orchestrator jobs stop {name}  (then --resume {name} continues it)")
 

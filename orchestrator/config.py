@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cluster.plan import JobRequest, Placement, resolve_storage
 from cluster.spec import load_spec
 from groundwork.address import CONNECT_TIMEOUT_S, check_address
 from groundwork.errors import ConfigError
+from groundwork.remote import RunPlace
 from groundwork.yamlio import read_yaml, validate_doc, validation_message
 from trainables.config import Flag, TrainConfig
 
@@ -239,9 +241,19 @@ def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
     return LaunchConfig.model_validate(data)
 
 
-def run_folder(name: str, spec_path: str | None) -> Path:
+def run_folder(name: str, spec_path: str | None) -> RunPlace:
     """Where run `name` lives: under the storage path of the cluster spec (default: this machine's)."""
-    return Path(resolve_storage(load_spec(spec_path))) / name
+    return RunPlace.of(resolve_storage(load_spec(spec_path)), name)
+
+
+def saved_launch_config(place: RunPlace) -> LaunchConfig:
+    """The launch.yaml of the run at `place` (read through a temporary copy where it is on a URI)."""
+    if place.uri is None:
+        return load_launch_config(place.local / LAUNCH_FILE)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / LAUNCH_FILE
+        copy.write_bytes(place.read(LAUNCH_FILE))
+        return load_launch_config(copy)
 
 
 def resolve_launch(overrides: dict[str, Any], config_file: str | None = None,
@@ -250,10 +262,10 @@ def resolve_launch(overrides: dict[str, Any], config_file: str | None = None,
     resumed, or of the defaults. Any problem is one ConfigError line."""
     try:
         if resume:
-            saved = run_folder(resume, overrides.get("cluster")) / LAUNCH_FILE
-            if not saved.exists():
-                raise ConfigError(f"--resume {resume}: no run at {saved.parent}")
-            return merge(load_launch_config(saved), {**overrides, "name": resume})
+            place = run_folder(resume, overrides.get("cluster"))
+            if not place.has(LAUNCH_FILE):
+                raise ConfigError(f"--resume {resume}: no run at {place.where}")
+            return merge(saved_launch_config(place), {**overrides, "name": resume})
         base = load_launch_config(config_file) if config_file else LaunchConfig()
         return merge(base, overrides)
     except ValidationError as exc:

@@ -10,11 +10,14 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from cluster.plan import Plan, plan
 from cluster.spec import ClusterSpec, load_spec
 from groundwork.address import wait_reachable
 from groundwork.errors import ConfigError
 from groundwork.localray import standing_address
+from groundwork.remote import is_uri, open_uri
 from orchestrator.config import LaunchConfig
 from orchestrator.raytrain.job import resolve_entry, takes_config
 from trainables.data.check import check_data
@@ -59,7 +62,21 @@ MIN_FREE_BYTES = 1 << 20  # less is a full disk: the first log line would fail
 
 
 def check_storage(storage_path: str) -> None:
-    """The run folders' storage can be written and has room, before anything is written there."""
+    """The run folders' storage can be written and has room, before anything is written there. A URI: pyarrow
+    opens it and can look at it (a bucket's permission to write shows only when written to)."""
+    if is_uri(storage_path):
+        fs, path = open_uri(storage_path)
+        if isinstance(fs, pafs.LocalFileSystem):  # file://: the same checks as a plain folder
+            return check_storage(path)
+        try:
+            found = fs.get_file_info(path)
+        except OSError as exc:
+            why = str(exc).splitlines()[0]
+            raise ConfigError(f"storage {storage_path}: cannot be read ({why}): check the credentials and the"
+                              " address, or set storage.path in the cluster spec elsewhere") from None
+        if found.type == pafs.FileType.File:
+            raise ConfigError(f"storage {storage_path}: a file, not a folder: set storage.path to a folder")
+        return
     existing = Path(storage_path).absolute()
     while not existing.exists():
         existing = existing.parent
@@ -98,6 +115,10 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     the_plan = plan(spec, cfg.job_request())
     check_config(cfg.train)
     check_storage(the_plan.storage_path)
+    if is_uri(the_plan.storage_path) and cfg.train.checkpoint_format == "sharded":
+        raise ConfigError(f"checkpoint_format sharded has every rank write into one folder that all of them see:"
+                          f" storage {the_plan.storage_path} is a URI: use checkpoint_format full, or a shared"
+                          " filesystem path")
     if cfg.entry:
         check_entry(cfg.entry)
     if cfg.kind == "loop":

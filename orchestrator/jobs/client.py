@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 from ray._private import ray_constants
 from ray._raylet import GcsClient
@@ -85,5 +84,6 @@ def find_job(client: JobSubmissionClient, key: str) -> JobDetails:
     return found[-1]
 
 
-def run_dir_of(job: JobDetails) -> Path:
-    return Path(job.metadata["run_dir"])
+def run_dir_of(job: JobDetails) -> str:
+    """The run folder of a detached run: a path, or a URI (see groundwork.remote)."""
+    return job.metadata["run_dir"]

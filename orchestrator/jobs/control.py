@@ -5,27 +5,29 @@ ended, or a cluster restarted since, still shows what its run reached."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
+import pyarrow.parquet as pq
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 from rich.console import Console
 from rich.table import Table
 
+from groundwork.remote import RunPlace
 from orchestrator.jobs.client import find_job, our_jobs, run_dir_of
 from orchestrator.launcher.launch import RAY_SNAPSHOT
-from orchestrator.launcher.results import read_rows
+from orchestrator.launcher.results import METRICS_FILE
 
 EXIT_OF_STATE = {JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 1, JobStatus.STOPPED: 130}
 
 
-def progress(run_dir: Path) -> tuple[str, str]:
+def progress(place: RunPlace) -> tuple[str, str]:
     """(how far the run got, its best validation metric): from its rows once it ended, else from the newest
     checkpoints Ray Train recorded; "" where there is neither."""
-    rows = read_rows(run_dir) or checkpoint_rows(run_dir)
+    rows = saved_rows(place) or checkpoint_rows(place)
     if not rows:
         return "", ""
     last = rows[-1]
@@ -37,9 +39,16 @@ def progress(run_dir: Path) -> tuple[str, str]:
     return where, f"val_loss {min(losses):.4g}" if losses else ""
 
 
-def checkpoint_rows(run_dir: Path) -> list[dict]:
+def saved_rows(place: RunPlace) -> list[dict]:
     try:
-        snapshot = json.loads((run_dir / RAY_SNAPSHOT).read_text())
+        return pq.read_table(io.BytesIO(place.read(METRICS_FILE))).to_pylist()
+    except OSError:  # none yet (FileNotFoundError), or a storage that does not answer
+        return []
+
+
+def checkpoint_rows(place: RunPlace) -> list[dict]:
+    try:
+        snapshot = json.loads(place.read(RAY_SNAPSHOT))
     except (OSError, ValueError):
         return []
     return [r["metrics"] for r in snapshot.get("checkpoint_results", [])]
@@ -52,14 +61,14 @@ def _started(job: JobDetails) -> str:
 def list_jobs(client: JobSubmissionClient) -> None:
     table = Table("run", "job", "state", "progress", "best", "started", title="orchestrator jobs")
     for job in our_jobs(client):
-        where, best = progress(run_dir_of(job))
+        where, best = progress(RunPlace.at(run_dir_of(job)))
         table.add_row(job.metadata["run"], job.submission_id, str(job.status.value), where, best, _started(job))
     Console(width=160).print(table)
 
 
 def status(client: JobSubmissionClient, key: str) -> None:
     job = find_job(client, key)
-    where, best = progress(run_dir_of(job))
+    where, best = progress(RunPlace.at(run_dir_of(job)))
     print(f"{job.metadata['run']} ({job.submission_id}): {job.status.value}{f', {where}' if where else ''}"
           f"{f', best {best}' if best else ''}; folder {run_dir_of(job)}"
           f"{f'; {job.message}' if job.message and job.status != JobStatus.RUNNING else ''}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from groundwork.remote import RunPlace, join, open_uri, upload_file
 from orchestrator.jobs.submit import PAYLOAD_ENV
 
 SPEC_FILE = "cluster.yaml"  # in the run folder of a detached run: the spec it ran on (launch.yaml names it)
@@ -22,14 +23,20 @@ def argv_for(payload: dict, address: str | None) -> list[str]:
     """`orchestrator launch` arguments for the payload. The spec and settings go into the run's folder: a
     `--resume` from any machine that sees the folder finds them there."""
     launch, spec = payload["launch"], payload["spec"]
-    run_dir = Path(spec["storage"]["path"]) / launch["name"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SPEC_FILE).write_text(yaml.safe_dump(spec, sort_keys=False))
-    where = ["--cluster", str(run_dir / SPEC_FILE), *(["--address", address] if address else [])]
+    place = RunPlace.of(spec["storage"]["path"], launch["name"])
+    # On a URI they are copied there; the launch works in a staging copy of the run that it starts afresh.
+    folder = place.local if place.uri is None else place.local.with_name(f".detached-{launch['name']}")
+    files = {SPEC_FILE: spec} if payload["resume"] else {SPEC_FILE: spec, SUBMITTED_FILE: launch}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (folder / name).write_text(yaml.safe_dump(data, sort_keys=False))
+        if place.uri is not None:
+            fs, path = open_uri(join(place.uri, name))
+            upload_file(folder / name, fs, path)
+    where = ["--cluster", str(folder / SPEC_FILE), *(["--address", address] if address else [])]
     if payload["resume"]:
         return ["launch", "--resume", launch["name"], *where]
-    (run_dir / SUBMITTED_FILE).write_text(yaml.safe_dump(launch, sort_keys=False))
-    return ["launch", "--config", str(run_dir / SUBMITTED_FILE), *where]
+    return ["launch", "--config", str(folder / SUBMITTED_FILE), *where]
 
 
 def sweep_argv(payload: dict, address: str | None) -> list[str]:

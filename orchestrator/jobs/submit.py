@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from cluster.spec import ClusterSpec
+from groundwork.remote import is_uri
 from orchestrator.config import LaunchConfig
 from orchestrator.jobs.client import META_KEY, default_address, jobs_api, jobs_client
 from orchestrator.launcher.launch import prepare_run
@@ -35,11 +36,12 @@ OWN_PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
 def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
     """Submit the launch; (Ray's job id, the run's name, its folder). Every check of a launch runs here first."""
     spec, the_plan, address = checked_plan(cfg)
-    cfg, run_dir = prepare_run(cfg, the_plan, resume)
+    cfg, place = prepare_run(cfg, the_plan, resume)
     address = default_address(address)  # none given: the `cluster up` one, else a one-line refusal
     payload = {"kind": "launch", "launch": cfg.saved_form(), "spec": spec_for_job(spec, the_plan.storage_path),
                "resume": resume}
-    return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", run_dir), cfg.name or "", run_dir
+    job_id = submit(address, payload, the_plan.storage_path, cfg.name or "", place.where)
+    return job_id, cfg.name or "", place.where
 
 
 def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, Path]:
@@ -52,17 +54,17 @@ def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, Path
     address = default_address(address)
     payload = {"kind": "sweep", "sweep": cfg.model_dump(mode="json"), "resume": resume is not None,
                "home": str(Path.cwd()), "spec": spec_for_job(spec, the_plan.storage_path)}
-    return submit(address, payload, Path(the_plan.storage_path), cfg.name or "", folder), cfg.name or "", folder
+    return submit(address, payload, the_plan.storage_path, cfg.name or "", str(folder)), cfg.name or "", str(folder)
 
 
-def submit(address: str, payload: dict, storage: Path, name: str, folder: Path) -> str:
+def submit(address: str, payload: dict, storage: str, name: str, folder: str) -> str:
     """Ray's job id for the payload run by orchestrator.jobs.entry on the cluster at `address`."""
     client = jobs_client(address)
     with jobs_api(address):
         return client.submit_job(
             entrypoint=f"{python_on(address)} -m orchestrator.jobs.entry",
             runtime_env=runtime_env(payload, storage),
-            metadata={META_KEY: payload["kind"], "run": name, "run_dir": str(folder)})
+            metadata={META_KEY: payload["kind"], "run": name, "run_dir": folder})
 
 
 def spec_for_job(spec: ClusterSpec, storage_path: str) -> dict:
@@ -80,11 +82,11 @@ def python_on(address: str) -> str:
     return shlex.quote(sys.executable) if host in ("127.0.0.1", "localhost") else "python"
 
 
-def runtime_env(payload: dict, storage: Path) -> dict:
+def runtime_env(payload: dict, storage: str) -> dict:
     here = Path.cwd()
     excludes = list(NOT_SHIPPED)
-    if storage.is_relative_to(here):  # the run folders: checkpoints are not code
-        excludes.append("/" + str(storage.relative_to(here)))
+    if not is_uri(storage) and Path(storage).is_relative_to(here):  # the run folders: checkpoints are not code
+        excludes.append("/" + str(Path(storage).relative_to(here)))
     roots = {p: Path(sys.modules[p].__file__).parent for p in OWN_PACKAGES}
     return {
         "working_dir": str(here),

@@ -17,6 +17,7 @@ from pathlib import Path
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, Interrupted, RunFailed
 from groundwork.localray import in_use
+from groundwork.remote import RunPlace, is_uri
 from orchestrator.config import LAUNCH_FILE, LaunchConfig, write_launch_config
 from orchestrator.launcher.on_pool import run_on_pool
 from orchestrator.launcher.results import dedupe_rows, plot_loss, plot_telemetry, read_rows, write_rows
@@ -44,18 +45,19 @@ class RunResult:
     rows: list[dict[str, float]]
     seconds: float
     workers: str  # where the job ran: the warm pool of a Ray cluster, or a worker group of its own
+    stored: str = ""  # where the run folder is kept: `path`, or the URI that `path` is a staging copy of
 
 
-def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, Path]:
+def prepare_run(cfg: LaunchConfig, the_plan: Plan, resume: bool) -> tuple[LaunchConfig, RunPlace]:
     name = cfg.name or default_name(cfg)
-    run_dir = Path(the_plan.storage_path) / name
-    exists = (run_dir / LAUNCH_FILE).exists()
+    place = RunPlace.of(the_plan.storage_path, name)
+    exists = place.has(LAUNCH_FILE)
     if resume and not exists:
-        raise ConfigError(f"--resume {name}: no run at {run_dir}: list runs with `ls {the_plan.storage_path}`")
+        raise ConfigError(f"--resume {name}: no run at {place.where}: list runs with `ls {the_plan.storage_path}`")
     if not resume and exists:
-        raise ConfigError(f"run {name!r} already exists at {run_dir}: continue it with --resume {name}"
+        raise ConfigError(f"run {name!r} already exists at {place.where}: continue it with --resume {name}"
                           " or choose another --name")
-    return cfg.model_copy(update={"name": name}), run_dir
+    return cfg.model_copy(update={"name": name}), place
 
 
 def default_name(cfg: LaunchConfig) -> str:
@@ -64,14 +66,15 @@ def default_name(cfg: LaunchConfig) -> str:
     return f"{cfg.program}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def launch_job(cfg: LaunchConfig, run_dir: Path, resume: bool, the_plan: Plan | None = None) -> Job:
-    """The launch as one job; a resumed one starts from the run's checkpoints, newest first. The plan fills
-    in what the user left to the cluster spec (see for_plan)."""
+def launch_job(cfg: LaunchConfig, place: RunPlace, resume: bool, the_plan: Plan | None = None) -> Job:
+    """The launch as one job; a resumed one starts from the run's checkpoints, newest first (on a URI the
+    workers list them there). The plan fills in what the user left to the cluster spec (see for_plan)."""
+    run_dir = place.local
     return Job(name=run_dir.name, train=for_plan(cfg.train, the_plan), kind=cfg.kind, entry=cfg.entry,
                run_dir=str(run_dir), log_dir=str(run_dir / "logs"), user=cfg.user,
-               resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume else (),
+               resume=tuple(str(p) for p in checkpoints_in(run_dir)) if resume and not place.uri else (),
                command=script_command(cfg), cwd=os.getcwd(), tee=cfg.tee, max_restarts=cfg.max_failures,
-               planned_world=cfg.workers)
+               planned_world=cfg.workers, remote=place.uri)
 
 
 def for_plan(train: TrainConfig, the_plan: Plan | None) -> TrainConfig:
@@ -97,6 +100,10 @@ def _on_pool(cfg: LaunchConfig, the_plan: Plan, address: str | None) -> bool:
     """Whether this launch runs on the pool of the cluster it joined (see orchestrator.warm.pool)."""
     if address is None or not find_pool(the_plan):
         return False
+    if is_uri(the_plan.storage_path):
+        log.warning("a pool keeps its runs in a folder: this launch, whose storage is %s, starts its own workers",
+                    the_plan.storage_path)
+        return False
     if cfg.kind != "loop":
         log.warning("a pool runs the shared loop: this %s starts its own workers", "script" if
                     cfg.kind == "script" else "train function")
@@ -107,12 +114,15 @@ def _on_pool(cfg: LaunchConfig, the_plan: Plan, address: str | None) -> bool:
 def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     """Run one training job to the end and return where its results are."""
     spec, the_plan, address = checked_plan(cfg)
-    cfg, run_dir = prepare_run(cfg, the_plan, resume)
+    cfg, place = prepare_run(cfg, the_plan, resume)
+    place.start(resume)
+    run_dir = place.local
     run_dir.mkdir(parents=True, exist_ok=True)
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
+    place.push()  # on a URI at once: a --resume from anywhere finds the run even if this process dies
     if resume:
         set_aside_torn_snapshot(run_dir)
-    job = launch_job(cfg, run_dir, resume, the_plan)
+    job = launch_job(cfg, place, resume, the_plan)
     started = time.perf_counter()
     try:
         with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose):
@@ -124,10 +134,11 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
 
                 new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
     except RunFailed as exc:
-        raise after_failure(cfg, run_dir, resume, exc) from exc
+        raise after_failure(cfg, place, resume, exc) from exc
     except Interrupted as exc:
         keep_rows(run_dir, exc.rows)
         mark(run_dir, "interrupted")
+        place.push()
         raise
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
@@ -136,10 +147,12 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         plot_loss(rows, run_dir, title)
         plot_telemetry(rows, run_dir, title)
     mark(run_dir, "finished")
+    summary = write_summary(rows, run_dir)
+    place.push()
     workers = f"the warm pool at {address}" if pooled else (
         f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
-    return RunResult(cfg.name or "", run_dir, last_validation(rows), write_summary(rows, run_dir), checkpoint, rows,
-                     time.perf_counter() - started, workers)
+    return RunResult(cfg.name or "", run_dir, last_validation(rows), summary, checkpoint, rows,
+                     time.perf_counter() - started, workers, place.where)
 
 
 def set_aside_torn_snapshot(run_dir: Path) -> None:
@@ -168,22 +181,25 @@ def mark(run_dir: Path, state: str) -> None:
         (run_dir / STATE_FILE).write_text(json.dumps({"state": state, "at": time.strftime("%Y-%m-%d %H:%M:%S")}))
 
 
-def after_failure(cfg: LaunchConfig, run_dir: Path, resume: bool, exc: RunFailed) -> RunFailed:
+def after_failure(cfg: LaunchConfig, place: RunPlace, resume: bool, exc: RunFailed) -> RunFailed:
     """A failed run keeps the rows it made (metrics.parquet). One that made none and has no checkpoint never
     trained: its folder goes (a rerun under the same name is not refused), its logs moved to a temporary
     folder that the error line names. A script's folder stays: its logs are what it leaves."""
+    run_dir = place.local
     if exc.rows:
         keep_rows(run_dir, exc.rows)
         mark(run_dir, "failed")
+        place.push()
         return exc
-    if resume or cfg.kind == "script" or checkpoints_in(run_dir):
+    if resume or cfg.kind == "script" or place.checkpoints():
+        place.push()
         return exc
     kept = Path(tempfile.mkdtemp(prefix=f"orchestrator-{run_dir.name}-"))
     if (run_dir / "logs").is_dir():
         shutil.move(run_dir / "logs", kept / "logs")
-    shutil.rmtree(run_dir, ignore_errors=True)
+    place.remove()
     line = str(exc).replace(str(run_dir / "logs"), str(kept / "logs"))
-    return RunFailed(f"{line}; it never trained, so {run_dir} was removed")
+    return RunFailed(f"{line}; it never trained, so {place.where} was removed")
 
 
 def last_validation(rows: list[dict[str, float]]) -> dict[str, float]:

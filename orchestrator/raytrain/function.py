@@ -57,6 +57,8 @@ class ReportTap:
 
     def get_checkpoint(self) -> ray.train.Checkpoint | None:
         latest = self.real_get_checkpoint()
+        if self.job.remote:  # on a URI: Ray's own, read through its filesystem (as_directory)
+            return latest
         found = newest_complete(self.job.checkpoint_folders(Path(latest.path) if latest else None))
         if found is not None:
             log.info("resuming from %s", found)

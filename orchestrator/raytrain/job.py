@@ -37,6 +37,7 @@ class Job:
     tee: bool = False  # kind "script": every rank's output to the terminal, not only rank 0's
     max_restarts: int = 0  # kind "script": TORCHELASTIC_MAX_RESTARTS
     planned_world: int = 0  # the worker count `train`'s batch settings are for (an elastic run may have fewer)
+    remote: str | None = None  # the run folder's URI where storage.path is one; run_dir is then its staging copy
 
     def __post_init__(self) -> None:
         if (self.kind == "function") != (self.entry is not None) or (self.kind == "script") != bool(self.command):

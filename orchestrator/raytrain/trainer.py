@@ -103,12 +103,14 @@ def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
 def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_dir: Path, *,
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
                  datasets: dict[str, str] | None = None, backend: str | None = None,
-                 nsight: bool = False, min_workers: int | None = None, sigterm_notice: bool = False) -> TorchTrainer:
+                 nsight: bool = False, min_workers: int | None = None, sigterm_notice: bool = False,
+                 remote: str | None = None) -> TorchTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
     workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate).
     With `min_workers`, elastic (Train V2): the group starts with as many of the plan's workers as fit, at
     least `min_workers`, and restarts with those that remain after a node is lost. With `sigterm_notice`, a
-    worker told SIGTERM checkpoints and the restart is not a failure (the shared loop's workers only)."""
+    worker told SIGTERM checkpoints and the restart is not a failure (the shared loop's workers only). With
+    `remote` (the run folder's URI), Ray Train keeps the checkpoints there rather than in `run_dir`."""
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
@@ -120,7 +122,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
             placement_strategy=the_plan.placement_strategy,
         ),
         run_config=ray.train.RunConfig(
-            name=run_dir.name, storage_path=str(run_dir.parent),
+            name=run_dir.name, storage_path=remote.rsplit("/", 1)[0] if remote else str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
             # nsight: Ray runs each worker under Nsight Systems (`nsys profile`), its report in the node's

@@ -15,7 +15,8 @@ import ray.train
 import ray.train.torch
 from ray.train.v2._internal.execution.context import get_train_context as get_internal_train_context
 
-from groundwork.errors import Preempted
+from groundwork import remote
+from groundwork.errors import CheckpointError, Preempted
 from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job, WorkerArgs
@@ -23,7 +24,7 @@ from orchestrator.raytrain.logs import rank_output, setup_rank_logging
 from orchestrator.raytrain.preemption import end_if_told, told
 from orchestrator.raytrain.script import run_script
 from orchestrator.raytrain.watchdog import Heartbeat
-from trainables.checkpoint import resume_state
+from trainables.checkpoint import load_latest, resume_state
 from trainables.config import TrainConfig, for_world
 from trainables.context import DistContext
 from trainables.run import run_training
@@ -79,8 +80,47 @@ def ray_context() -> DistContext:
 def latest_state(job: Job) -> dict[str, Any] | None:
     """The newest complete checkpoint to start from (see Job.checkpoint_folders), or None for a fresh start.
     Each is checked against its manifest; a cut-short or corrupt one is skipped."""
+    if job.remote:
+        return remote_state(job.remote, Path(job.run_dir or ".") / ".fetched")
     ckpt = ray.train.get_checkpoint()
     return resume_state(job.checkpoint_folders(Path(ckpt.path) if ckpt else None))
+
+
+def remote_state(uri: str, scratch: Path) -> dict[str, Any] | None:
+    """latest_state for a run folder on a URI: its checkpoints copied here one at a time, newest first."""
+    names = remote.checkpoint_names(uri)
+    if not names:
+        return None
+    folders = remote.fetched(uri, names, scratch)
+    try:
+        found = load_latest(folders)
+    finally:
+        folders.close()  # the copy goes: the state is in memory
+    if found is None:
+        raise CheckpointError(f"no complete checkpoint to resume from in {uri}: every one failed its manifest")
+    log.info("resuming from %s", remote.join(uri, found[0].name))
+    return found[1]
+
+
+def fetch_log(job: Job, rank: int) -> None:
+    """A resumed run's log for this rank from the URI, where this node's staging copy lacks it (the driver's
+    node has it already): the rank appends to it, and its upload replaces the one there."""
+    local = Path(job.log_dir or ".") / f"rank-{rank}.log"
+    if job.remote and not local.exists():
+        with contextlib.suppress(OSError):  # none yet: a new run, or a rank that never wrote
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(remote.RunPlace.at(job.remote).read(f"logs/{local.name}"))
+
+
+def upload_log(job: Job, rank: int) -> None:
+    """This rank's log to the run folder's URI (each node keeps its ranks' logs in its own staging copy)."""
+    local = Path(job.log_dir or ".") / f"rank-{rank}.log"
+    if job.remote and local.exists():
+        try:
+            fs, base = remote.open_uri(remote.join(job.remote, "logs", local.name))
+            remote.upload_file(local, fs, base)
+        except OSError as exc:  # the run's result does not hang on its log
+            log.warning("rank %d: its log did not reach %s: %s", rank, job.remote, exc)
 
 
 def heartbeat(sink: Any, ctx: DistContext) -> contextlib.AbstractContextManager:
@@ -101,6 +141,7 @@ def train_for(job: Job, ctx: DistContext) -> TrainConfig:
 def train_worker(args: WorkerArgs) -> None:
     ctx = ray_context()
     job = args.job
+    fetch_log(job, ctx.rank)
     setup_rank_logging(ctx.rank, job.log_dir)
     log.info("rank %d of %d on node %s, pid %d, devices %s", ctx.rank, ctx.world_size,
              ray.get_runtime_context().get_node_id(), os.getpid(), [str(d) for d in ctx.devices])
@@ -124,3 +165,5 @@ def train_worker(args: WorkerArgs) -> None:
         except Exception:
             log.exception("rank %d failed", ctx.rank)  # the whole traceback, in this rank's own log
             raise
+        finally:
+            upload_log(job, ctx.rank)

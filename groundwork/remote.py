@@ -1,0 +1,184 @@
+"""Run folders on a filesystem URI (`storage.path: s3://bucket/runs`, gs://, hdfs://, file://): whatever
+pyarrow's filesystems open. A run works in a local staging folder of the same name on each node (the driver's
+files, each rank's log) and copies it to the URI; checkpoints go there through Ray Train (its storage_path is
+the URI) and come back, one at a time, newest first, when a run resumes. Every URI, file:// included, takes
+this same path, so a test on file:// runs the code an s3:// bucket does."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from groundwork.errors import ConfigError
+
+log = logging.getLogger(__name__)
+NOT_COPIED = ("checkpoint_", ".staging", ".fetched", ".partial")  # Ray Train's to upload, or scratch
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and the path within it; one line where pyarrow cannot open the URI."""
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"storage.path {uri}: pyarrow cannot open it ({exc}): give a folder, or a URI such as"
+                          " s3://bucket/runs, gs://bucket/runs, hdfs://host/runs or file:///mnt/runs") from None
+
+
+def join(uri: str, *parts: str) -> str:
+    return "/".join([uri.rstrip("/"), *parts])
+
+
+def staging_for(uri: str) -> Path:
+    """The local folder that stands for `uri` on every node (the same path on each: it depends only on the URI)."""
+    digest = hashlib.sha1(uri.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / "orchestrator-storage" / digest
+
+
+def exists(uri: str) -> bool:
+    fs, path = open_uri(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def probe(uri: str) -> None:
+    """Create `uri` as a folder and write and delete a file in it: an error now, not after the run trained."""
+    fs, path = open_uri(uri)
+    fs.create_dir(path, recursive=True)
+    marker = f"{path.rstrip('/')}/.orchestrator-probe"
+    with fs.open_output_stream(marker) as out:
+        out.write(b"ok")
+    fs.delete_file(marker)
+
+
+def _copied(name: str) -> bool:
+    return not name.startswith(NOT_COPIED)
+
+
+def upload(local: Path, uri: str) -> None:
+    """The run's own files under `local` (not checkpoints, not scratch) to `uri`, file by file."""
+    fs, base = open_uri(uri)
+    for file in sorted(p for p in local.rglob("*") if p.is_file()):
+        relative = file.relative_to(local)
+        if all(_copied(part) for part in relative.parts):
+            upload_file(file, fs, f"{base.rstrip('/')}/{relative.as_posix()}")
+
+
+def upload_file(file: Path, fs: pafs.FileSystem, dest: str) -> None:
+    fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+    pafs.copy_files(str(file), dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+
+
+def download(uri: str, local: Path) -> None:
+    """The run's own files at `uri` (not its checkpoints) into `local`."""
+    fs, base = open_uri(uri)
+    selector = pafs.FileSelector(base, recursive=True)
+    for info in fs.get_file_info(selector):
+        relative = info.path[len(base.rstrip("/")) + 1:]
+        if info.type == pafs.FileType.File and all(_copied(part) for part in relative.split("/")):
+            dest = local / relative
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            pafs.copy_files(info.path, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+
+
+def checkpoint_names(uri: str) -> list[str]:
+    """The checkpoint folders of the run at `uri`, newest first (their names sort by time or number)."""
+    fs, base = open_uri(uri)
+    try:
+        found = fs.get_file_info(pafs.FileSelector(base))
+    except FileNotFoundError:
+        return []
+    names = (info.base_name for info in found if info.type == pafs.FileType.Directory)
+    return sorted((n for n in names if n.startswith("checkpoint_")), reverse=True)
+
+
+def fetched(uri: str, names: list[str], scratch: Path) -> Iterator[Path]:
+    """Each checkpoint of `names` copied under `scratch`, one at a time as the caller asks for the next (a
+    checkpoint can be many GB: only the one being read is here); `scratch` is emptied when the caller is done."""
+    fs, base = open_uri(uri)
+    try:
+        for name in names:
+            dest = scratch / name
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir(parents=True)
+            pafs.copy_files(f"{base.rstrip('/')}/{name}", str(dest), source_filesystem=fs,
+                            destination_filesystem=pafs.LocalFileSystem())
+            yield dest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def remove(uri: str) -> None:
+    fs, path = open_uri(uri)
+    fs.delete_dir(path)
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where one run lives. `local` is the folder everything is written to; where storage is a URI it is a
+    staging copy, and `uri` the run folder there (None for a plain path)."""
+
+    local: Path
+    uri: str | None = None
+
+    @classmethod
+    def of(cls, storage: str, name: str) -> RunPlace:
+        if is_uri(storage):
+            return cls(staging_for(storage) / name, join(storage, name))
+        return cls(Path(storage) / name)
+
+    @classmethod
+    def at(cls, where: str) -> RunPlace:
+        """The place `where` (as `where` says it) names."""
+        if is_uri(where):
+            storage, name = where.rstrip("/").rsplit("/", 1)
+            return cls.of(storage, name)
+        return cls(Path(where))
+
+    @property
+    def where(self) -> str:
+        return self.uri or str(self.local)
+
+    def has(self, file: str) -> bool:
+        return exists(join(self.uri, file)) if self.uri else (self.local / file).exists()
+
+    def read(self, file: str) -> bytes:
+        if self.uri is None:
+            return (self.local / file).read_bytes()
+        fs, path = open_uri(join(self.uri, file))
+        with fs.open_input_stream(path) as stream:
+            return stream.read()
+
+    def start(self, resume: bool) -> None:
+        """A fresh staging copy: empty, or for a resumed run its files (not its checkpoints) from the URI."""
+        if self.uri is None:
+            return
+        shutil.rmtree(self.local, ignore_errors=True)  # an earlier run's copy under this name
+        self.local.mkdir(parents=True)
+        if resume:
+            download(self.uri, self.local)
+
+    def push(self) -> None:
+        """The run's files from the staging copy to the URI (a plain path: they are there already)."""
+        if self.uri is not None:
+            upload(self.local, self.uri)
+
+    def checkpoints(self) -> list[str]:
+        """The run's checkpoint folders, newest first, by name."""
+        if self.uri is not None:
+            return checkpoint_names(self.uri)
+        return sorted((p.name for p in self.local.glob("checkpoint_*") if p.is_dir()), reverse=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.local, ignore_errors=True)
+        if self.uri is not None:
+            remove(self.uri)

@@ -1,0 +1,84 @@
+"""Run folders away from the working folder: on a filesystem URI (file://, which takes the code path an s3://
+or gs:// bucket takes: a staging copy, Ray Train's checkpoints uploaded, each resume reading them back) and on
+a second mount point. A run stopped after one epoch and resumed there ends with the weights of an
+uninterrupted run kept in a plain folder. 2 workers, gloo, on the embedded Ray."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO
+from helpers import final_weights, max_abs_diff
+
+import orchestrator
+from trainables.checkpoint import MANIFEST_FILE, checkpoints_in
+
+DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
+RUN_FILES = ("launch.yaml", "metrics.parquet", "summary.json", "state.json", "loss.png", "logs/rank-0.log",
+             "logs/rank-1.log")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ray_local, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("plain"))
+        return orchestrator.launch(**DIGITS, epochs=2, name="whole")
+
+
+def spec_with_storage(folder: Path, storage: str) -> str:
+    spec = yaml.safe_load((REPO / "cluster" / "examples" / "local.yaml").read_text())
+    spec["storage"] = {"path": storage}
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def stop_then_resume(storage: str, tmp_path: Path, monkeypatch) -> tuple[object, object]:
+    """One epoch of two, then --resume, from a working folder that holds nothing of the run."""
+    spec = spec_with_storage(tmp_path, storage)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    first = orchestrator.launch(**DIGITS, cluster=spec, epochs=2, stop_after_epochs=1, name="away")
+    rest = orchestrator.launch(resume="away", cluster=spec, stop_after_epochs=None, quiet=True)
+    assert list(Path.cwd().iterdir()) == []  # no runs/ here
+    return first, rest
+
+
+def check_the_run_folder(run: Path, uninterrupted) -> None:
+    for name in RUN_FILES:
+        assert (run / name).is_file(), name
+    assert [(c / MANIFEST_FILE).is_file() for c in checkpoints_in(run)] == [True, True]  # one per epoch, complete
+    epochs = [r["epoch"] for r in pq.read_table(run / "metrics.parquet").to_pylist() if r.get("val_acc") is not None]
+    assert epochs == [1, 2]  # both sessions' rows
+    log = (run / "logs" / "rank-0.log").read_text()
+    assert log.count("rank 0 of 2") == 2 and "resumed at epoch 1" in log  # both sessions' lines
+    newest = checkpoints_in(run)[0]
+    assert max_abs_diff(final_weights(uninterrupted.checkpoint), final_weights(newest)) == 0.0
+
+
+def test_a_run_on_a_file_uri_keeps_everything_there_and_resumes_from_it(uninterrupted, tmp_path, monkeypatch):
+    bucket = tmp_path / "bucket" / "runs"
+    first, rest = stop_then_resume(f"file://{bucket}", tmp_path, monkeypatch)
+    assert first.stored == rest.stored == f"file://{bucket}/away"
+    check_the_run_folder(bucket / "away", uninterrupted)
+    log = (bucket / "away" / "logs" / "rank-1.log").read_text()
+    assert f"resuming from file://{bucket}/away/checkpoint_" in log  # read back through pyarrow, not the path
+
+
+def test_a_run_on_a_second_mount_point_resumes_there(uninterrupted, tmp_path, monkeypatch):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system mounted at /dev/shm")
+    storage = Path(tempfile.mkdtemp(dir=shm, prefix="orchestrator-test-"))
+    try:
+        first, rest = stop_then_resume(str(storage / "runs"), tmp_path, monkeypatch)
+        assert rest.path == storage / "runs" / "away"
+        check_the_run_folder(storage / "runs" / "away", uninterrupted)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
