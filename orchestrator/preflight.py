@@ -115,6 +115,9 @@ def checked_plan(cfg: LaunchConfig) -> tuple[ClusterSpec, Plan, str | None]:
     the_plan = plan(spec, cfg.job_request())
     check_config(cfg.train)
     check_storage(the_plan.storage_path)
+    if cfg.train.cpu_offload and not the_plan.use_gpu:
+        raise ConfigError("cpu_offload keeps what FSDP holds in CPU memory rather than the GPU's: these workers have"
+                          " no GPU: add --gpus-per-worker 1, or drop --cpu-offload")
     if is_uri(the_plan.storage_path) and cfg.train.checkpoint_format == "sharded":
         raise ConfigError(f"checkpoint_format sharded has every rank write into one folder that all of them see:"
                           f" storage {the_plan.storage_path} is a URI: use checkpoint_format full, or a shared"

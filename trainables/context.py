@@ -32,6 +32,11 @@ class DistContext:
         return self.world_size > 1 and dist.is_available() and dist.is_initialized()
 
     @property
+    def grouped(self) -> bool:
+        """A process group is formed (Ray Train forms one for a single worker too; a local run has none)."""
+        return dist.is_available() and dist.is_initialized()
+
+    @property
     def is_main(self) -> bool:
         return self.rank == 0
 

@@ -74,8 +74,10 @@ def build_optimizer(cfg: TrainConfig, model: nn.Module, device: torch.device) ->
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    # The fused kernel does the whole update in a few launches on CUDA; CPU takes the foreach path.
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+    # The fused kernel does the whole update in a few launches on CUDA; CPU takes the foreach path (and so do
+    # FSDP's offloaded parameters, which live in CPU memory while the model runs on the GPU).
+    on_gpu = device.type == "cuda" and all(p.device.type == "cuda" for p in params)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=on_gpu)
 
 
 def lr_lambda(cfg: TrainConfig, steps: int):

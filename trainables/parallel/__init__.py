@@ -67,7 +67,7 @@ def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Paralle
         float8_linears(model, cfg, ctx)
     if cfg.strategy == "model-parallel":
         return _with_no_sync(pipeline_ddp(model, cfg, ctx), cfg)
-    if cfg.sharded and ctx.distributed:
+    if cfg.sharded and ctx.grouped:  # one worker too: offload and per-block gathering work on one GPU
         from trainables.parallel.fsdp import no_gradient_sync, wrap_fsdp  # deferred: see is_sharded
 
         sharded = wrap_fsdp(model, cfg, ctx)
