@@ -36,7 +36,17 @@ def open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def join(uri: str, *parts: str) -> str:
-    return "/".join([uri.rstrip("/"), *parts])
+    """`parts` under `uri`, its query (s3://b/runs?endpoint_override=host:9000) kept at the end."""
+    base, _, query = uri.partition("?")
+    joined = "/".join([base.rstrip("/"), *parts])
+    return f"{joined}?{query}" if query else joined
+
+
+def split(uri: str) -> tuple[str, str]:
+    """(the parent URI, the last name): s3://b/runs/r1?region=x -> (s3://b/runs?region=x, r1)."""
+    base, _, query = uri.partition("?")
+    parent, name = base.rstrip("/").rsplit("/", 1)
+    return (f"{parent}?{query}" if query else parent), name
 
 
 def staging_for(uri: str) -> Path:
@@ -140,8 +150,7 @@ class RunPlace:
     def at(cls, where: str) -> RunPlace:
         """The place `where` (as `where` says it) names."""
         if is_uri(where):
-            storage, name = where.rstrip("/").rsplit("/", 1)
-            return cls.of(storage, name)
+            return cls.of(*split(where))
         return cls(Path(where))
 
     @property

@@ -10,10 +10,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, run_cli
 from helpers import final_weights, max_abs_diff
 
 import orchestrator
@@ -82,3 +83,48 @@ def test_a_run_on_a_second_mount_point_resumes_there(uninterrupted, tmp_path, mo
         check_the_run_folder(storage / "runs" / "away", uninterrupted)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
+
+
+@pytest.fixture
+def s3_bucket(tmp_path):
+    """An S3 endpoint on loopback (moto's server: S3's HTTP API, in this process) with a bucket; (the runs'
+    URI, the credentials a process needs for it)."""
+    server_module = pytest.importorskip("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_EC2_METADATA_DISABLED": "true"}
+    query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        fs, _ = pafs.FileSystem.from_uri(f"s3://bucket?{query}&allow_bucket_creation=true")
+        fs.create_dir("bucket")
+        yield f"s3://bucket/runs?{query}", env
+    server.stop()
+
+
+@pytest.mark.slow  # ~1 min: two launches, each with an embedded Ray of its own
+def test_a_run_on_an_s3_bucket_keeps_everything_there_and_resumes_from_it(s3_bucket, tmp_path):
+    uri, env = s3_bucket
+    spec = spec_with_storage(tmp_path, uri)
+    (tmp_path / "cwd").mkdir()
+    common = ["--cluster", spec, "--workers", "2"]
+    first = run_cli("launch", *common, "--epochs", "2", "--stop-after-epochs", "1", "--name", "s3run",
+                    cwd=tmp_path / "cwd", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rest = run_cli("launch", *common, "--resume", "s3run", "--stop-after-epochs", "2", cwd=tmp_path / "cwd", env=env)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert list((tmp_path / "cwd").iterdir()) == []
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        fs, base = pafs.FileSystem.from_uri(uri)
+        found = {info.path.removeprefix(f"{base}/s3run/"): info for info in
+                 fs.get_file_info(pafs.FileSelector(f"{base}/s3run", recursive=True))}
+        assert set(RUN_FILES) <= set(found), sorted(found)
+        assert len([p for p in found if p.startswith("checkpoint_") and p.endswith(f"/{MANIFEST_FILE}")]) == 2
+        with fs.open_input_stream(f"{base}/s3run/logs/rank-0.log") as stream:
+            log = stream.read().decode()
+    assert "resuming from s3://bucket/runs/s3run/checkpoint_" in log and "resumed at epoch 1" in log
+    assert f"results: {uri.replace('/runs?', '/runs/s3run?')}" in rest.stderr

@@ -23,6 +23,7 @@ from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, JobError, ScriptExited
+from groundwork.remote import split
 from orchestrator.raytrain.preemption import ListenForSigterm, SigtermIsPreemption
 
 ABORT_TIMEOUT_S = 30
@@ -122,7 +123,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
             placement_strategy=the_plan.placement_strategy,
         ),
         run_config=ray.train.RunConfig(
-            name=run_dir.name, storage_path=remote.rsplit("/", 1)[0] if remote else str(run_dir.parent),
+            name=run_dir.name, storage_path=split(remote)[0] if remote else str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
             # nsight: Ray runs each worker under Nsight Systems (`nsys profile`), its report in the node's

@@ -77,11 +77,12 @@ def ray_context() -> DistContext:
     )
 
 
-def latest_state(job: Job) -> dict[str, Any] | None:
+def latest_state(job: Job, rank: int) -> dict[str, Any] | None:
     """The newest complete checkpoint to start from (see Job.checkpoint_folders), or None for a fresh start.
-    Each is checked against its manifest; a cut-short or corrupt one is skipped."""
+    Each is checked against its manifest; a cut-short or corrupt one is skipped. On a URI each rank reads its
+    own copy (the ranks of a node must not share a folder they each empty)."""
     if job.remote:
-        return remote_state(job.remote, Path(job.run_dir or ".") / ".fetched")
+        return remote_state(job.remote, Path(job.run_dir or ".") / ".fetched" / f"rank-{rank}")
     ckpt = ray.train.get_checkpoint()
     return resume_state(job.checkpoint_folders(Path(ckpt.path) if ckpt else None))
 
@@ -157,7 +158,7 @@ def train_worker(args: WorkerArgs) -> None:
             elif job.kind == "script":
                 run_script(job, ctx, args.sink, beat)
             else:
-                run_training(train_for(job, ctx), ctx, RayReporter(args.sink, beat), latest_state(job),
+                run_training(train_for(job, ctx), ctx, RayReporter(args.sink, beat), latest_state(job, ctx.rank),
                              job.run_dir, job.user)
         except Preempted as told_to_stop:  # asked for: its message says all (see raytrain.preemption)
             log.warning("%s", told_to_stop)
