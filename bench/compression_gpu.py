@@ -1,8 +1,9 @@
-"""What gradient compression costs per step on one GPU, where nothing crosses a wire: GPT-2 124M under DDP
-(bf16, torch.compile, batch 16 x 1024) with --grad-compression none, bf16 and powersgd (rank 4, its error
-feedback and two small matmuls per matrix), side by side in one call. Tokens/s, and the rows' timed
-all-reduce (ms and MiB per step; the hook times one step per log interval). Across GPUs the same MiB figures
-are what the wire carries; the saving in time needs a multi-GPU machine to measure.
+"""What gradient compression costs per step on one GPU, where nothing crosses a wire: GPT-2 124M (bf16,
+torch.compile, batch 16 x 1024) with --grad-compression none (a world of one runs no DDP: the bare model), bf16
+and powersgd (rank 4, its error feedback and two small matmuls per matrix; a DDP of one runs the hook), side by
+side in one call. Tokens/s, and the rows' timed all-reduce (ms and MiB per step; the hook times one step per log
+interval). Across GPUs the same MiB figures are what the wire carries; the saving in time needs a multi-GPU
+machine to measure.
 
     python3 bench/compression_gpu.py --out bench/results/compression_gpu_h200.json
 """

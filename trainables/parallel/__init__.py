@@ -77,4 +77,4 @@ def parallelize(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> Paralle
         model = torch.compile(model)  # compiled before DDP wraps it, as the DDP + compile docs advise
     if cfg.strategy == "dp":
         return _with_no_sync(wrap_dp(model, ctx), cfg)
-    return _with_no_sync(wrap_ddp(model, ctx), cfg)
+    return _with_no_sync(wrap_ddp(model, ctx, compressed=cfg.grad_compression != "none"), cfg)
