@@ -37,18 +37,36 @@ class RayReporter:
     to this rank's heartbeat thread; a preemption notice from Ray or SIGTERM, after whose checkpoint the rank
     told ends (see orchestrator.raytrain.preemption)."""
 
-    def __init__(self, sink: Any, heartbeat: Heartbeat | None = None) -> None:
+    def __init__(self, sink: Any, heartbeat: Heartbeat | None = None, upload_async: bool = False) -> None:
         self.sink = sink
         self.heartbeat = heartbeat
+        self.upload_async = upload_async  # storage on a URI: Ray uploads each checkpoint while training goes on
 
     def log(self, row: dict[str, float]) -> None:
         if self.sink is not None:
             self.sink.push.remote(row)
 
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
-        ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
-        ray.train.report(metrics, checkpoint=ckpt)
+        # A checkpoint for a preemption notice is written before the rank goes: uploaded before report returns.
+        if self.upload_async and not (told() or metrics.get("preemption_notice")):
+            self.checkpoint_async(metrics, folder)
+        else:
+            ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
+            ray.train.report(metrics, checkpoint=ckpt)
         end_if_told(int(metrics.get("step", -1)))
+
+    @staticmethod
+    def checkpoint_async(metrics: dict[str, float], folder: str | None) -> None:
+        """Train V2's asynchronous upload: Ray copies the folder to the storage in a thread of its own and
+        deletes it after (the loop removes `folder` when this returns, so Ray gets it under another name); the
+        report waits for the other ranks in that thread too. A run's end waits for every upload."""
+        ckpt = None
+        if folder:
+            taken = f"{folder}-upload"
+            os.rename(folder, taken)
+            ckpt = ray.train.Checkpoint.from_directory(taken)
+        ray.train.report(metrics, checkpoint=ckpt, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+                         delete_local_checkpoint_after_upload=True)
 
     def progress(self, step: int) -> None:
         if self.heartbeat is not None:
@@ -158,8 +176,8 @@ def train_worker(args: WorkerArgs) -> None:
             elif job.kind == "script":
                 run_script(job, ctx, args.sink, beat)
             else:
-                run_training(train_for(job, ctx), ctx, RayReporter(args.sink, beat), latest_state(job, ctx.rank),
-                             job.run_dir, job.user)
+                reporter = RayReporter(args.sink, beat, upload_async=job.remote is not None)
+                run_training(train_for(job, ctx), ctx, reporter, latest_state(job, ctx.rank), job.run_dir, job.user)
         except Preempted as told_to_stop:  # asked for: its message says all (see raytrain.preemption)
             log.warning("%s", told_to_stop)
             raise
