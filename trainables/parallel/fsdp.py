@@ -38,8 +38,11 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors
 
 
 def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
-    """Shard `model` over all workers (one device each); it is moved to the worker's device first."""
-    model = model.to(ctx.device)
+    """Shard `model` over all workers (one device each). The model comes as built, in host memory:
+    fully_shard moves one block at a time to the worker's device and keeps only its shard there, so no GPU
+    ever holds the whole model (moving it first would need the full fp32 model's memory on every GPU)."""
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)  # where fully_shard puts each block: the current device
     mesh = device_mesh(cfg, ctx)
     policy = MixedPrecisionPolicy(param_dtype=_PARAM_DTYPES.get(cfg.precision), reduce_dtype=torch.float32)
     offload: OffloadPolicy = CPUOffloadPolicy() if cfg.cpu_offload else OffloadPolicy()
