@@ -23,10 +23,18 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from common import provenance, write_result
+from common import log_stamp, provenance, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = REPO / "tests" / "data" / "sweeps" / "asha_digits.yaml"
+
+
+def first_step_at(sweep_dir: Path) -> float | None:
+    """When the sweep's first optimizer step ran (epoch seconds, to the millisecond): the earliest
+    "first optimizer step done" line of any rank-0 log (warm groups' and fresh trials' alike)."""
+    stamps = [log_stamp(line) for log in sweep_dir.rglob("rank-0.log") for line in log.read_text().splitlines()
+              if "first optimizer step done" in line]
+    return min(stamps, default=None)
 
 
 def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
@@ -47,11 +55,13 @@ def measure(config: Path, quick: bool, epochs: int | None, reuse: bool) -> dict:
         result = sweep(SweepConfig.model_validate(cfg), quiet=True)
         wall = time.perf_counter() - started
         trials = pd.read_parquet(result.path / "trials.parquet")
+        first_step = first_step_at(result.path)
     in_steps = float(trials.groupby("trial")["train_time_s"].max().sum())
     concurrency = result.concurrency
-    # Tune stamps each report (whole seconds); less the steps before it: when the first step ran.
-    first = trials[trials["training_iteration"] == 1]
-    before_first = max(0.0, float((first["timestamp"] - first["train_time_s"]).min()) - started_at)
+    if first_step is None:  # no rank log: Tune's stamp of each report (whole seconds), less the steps before it
+        first = trials[trials["training_iteration"] == 1]
+        first_step = float((first["timestamp"] - first["train_time_s"]).min())
+    before_first = max(0.0, first_step - started_at)
     return {
         "mode": "warm" if reuse else "fresh",
         "trials": int(trials["trial"].nunique()),
