@@ -18,12 +18,14 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from groundwork.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.pt"
@@ -31,6 +33,8 @@ MANIFEST_FILE = "manifest.json"
 
 
 def rng_state() -> dict[str, Any]:
+    import torch
+
     np_state = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
@@ -43,6 +47,8 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -68,6 +74,8 @@ def _fsync(path: Path) -> None:
 
 def save_state(state: dict[str, Any], folder: str | Path) -> Path:
     """Write state.pt and its manifest into `folder` (new, or empty) atomically: all of it or nothing."""
+    import torch
+
     folder = Path(folder)
     if folder.exists():
         folder.rmdir()  # only an empty folder (a fresh mkdtemp) may be replaced
@@ -110,6 +118,8 @@ def verify(folder: str | Path) -> str | None:
 
 
 def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    import torch  # here: a driver that only lists or checks checkpoints never imports torch
+
     problem = verify(folder)
     if problem:
         raise CheckpointError(f"checkpoint {folder}: {problem}")
@@ -121,6 +131,7 @@ def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> 
 
 def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
     """The first checkpoint in `folders` (newest first) that passes its manifest; bad ones are skipped."""
+
     for folder in folders:
         try:
             return Path(folder), load_state(folder)
