@@ -20,8 +20,8 @@ from groundwork.localray import standing_address
 from groundwork.remote import is_uri, open_uri
 from orchestrator.config import LaunchConfig
 from orchestrator.raytrain.job import resolve_entry, takes_config
+from trainables.checks import check_config, dataset_of
 from trainables.data.check import check_data
-from trainables.run import check_config, dataset_of
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import numpy as np
 from groundwork.errors import CheckpointError
 
 if TYPE_CHECKING:
-    import torch
+    import torch  # annotations only
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.pt"
@@ -33,7 +33,7 @@ MANIFEST_FILE = "manifest.json"
 
 
 def rng_state() -> dict[str, Any]:
-    import torch
+    import torch  # here: a driver that only lists or checks checkpoints never imports torch
 
     np_state = np.random.get_state()
     return {
@@ -47,7 +47,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import torch
+    import torch  # here: a driver that only lists or checks checkpoints never imports torch
 
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
@@ -74,7 +74,7 @@ def _fsync(path: Path) -> None:
 
 def save_state(state: dict[str, Any], folder: str | Path) -> Path:
     """Write state.pt and its manifest into `folder` (new, or empty) atomically: all of it or nothing."""
-    import torch
+    import torch  # here: a driver that only lists or checks checkpoints never imports torch
 
     folder = Path(folder)
     if folder.exists():

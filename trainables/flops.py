@@ -21,16 +21,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainables.config import TrainConfig
 from trainables.objective import Objective, is_pair, moved
+from trainables.peaks import peak_tflops_of
 from trainables.precision import mixed_precision
 
 log = logging.getLogger(__name__)
-
-# dense TFLOP/s per GPU from NVIDIA's datasheets: (bf16/fp16 tensor cores, TF32 tensor cores)
-PEAK_TFLOPS: dict[str, tuple[float, float]] = {
-    "H200": (989.0, 494.5), "H100": (989.0, 494.5), "A100": (312.0, 156.0), "L40S": (362.1, 183.0),
-    "L4": (121.0, 60.0), "A10": (125.0, 62.5), "V100": (125.0, 15.7),
-}
-
 
 def peak_flops(cfg: TrainConfig, device: torch.device) -> float | None:
     """One device's peak FLOP/s for this run's precision, or None where it is not known."""
@@ -44,14 +38,6 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> float | None:
         log.info("no peak FLOP/s known for %s: pass --peak-tflops for MFU", name)
         return None
     return found * 1e12
-
-
-def peak_tflops_of(gpu: str, precision: str) -> float | None:
-    """The table's TFLOP/s for a GPU name or type (`NVIDIA H200`, `H100-SXM`, `a100-80gb`) at a precision."""
-    found = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in gpu.upper()), None)
-    if found is None:
-        return None
-    return found[0] if precision in ("bf16", "fp16", "fp8") else found[1]  # fp8: MFU of the bf16 peak
 
 
 SAMPLES = 2  # batch norm in training mode needs more than one value per channel

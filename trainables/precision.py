@@ -4,6 +4,7 @@ fp8's linear layers are converted by trainables.parallel.float8; around them it 
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,8 @@ import torch
 from trainables.config import Precision
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,6 +29,8 @@ class MixedPrecision:
 
 
 def mixed_precision(precision: Precision, device: torch.device) -> MixedPrecision:
+    if precision == "fp16" and device.type == "cpu":
+        log.warning("fp16 on CPU is slow and numerically poor: bf16 is the CPU's mixed precision")
     # fp16's narrow range underflows small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     return MixedPrecision(precision, device.type, scaler)

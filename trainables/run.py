@@ -20,14 +20,14 @@ from torch.utils.data import DataLoader
 
 from groundwork.errors import ConfigError
 from trainables.checkpoint import set_rng_state
+from trainables.checks import dataset_of
 from trainables.config import TrainConfig
 from trainables.context import DistContext, Reporter
-from trainables.data import DATASET_KINDS, DATASETS, DataMeta, build_datasets
+from trainables.data import DataMeta, build_datasets
 from trainables.data.samplers import ResumableSampler, ShardSampler
-from trainables.factories import is_import_path, resolve
 from trainables.flops import flops_per_sample
 from trainables.loop import Loaders, Position, TrainState, total_steps, train_loop
-from trainables.models import build_model, check_pairing, model_entry
+from trainables.models import build_model
 from trainables.objective import objective_of
 from trainables.parallel import is_sharded, parallelize, unwrap
 from trainables.precision import mixed_precision
@@ -40,16 +40,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def dataset_of(cfg: TrainConfig) -> str:
-    """The dataset to train on: the one asked for, else the built-in model's own."""
-    if cfg.dataset:
-        return cfg.dataset
-    if is_import_path(cfg.model):
-        raise ConfigError(f"model {cfg.model!r} is your own: name its data with --dataset (a built-in name or"
-                          " package.module:factory)")
-    return model_entry(cfg.model).default_dataset
 
 
 def build_loaders(cfg: TrainConfig, ctx: DistContext,
@@ -164,20 +154,3 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
                       count_flops if ctx.is_main and cfg.telemetry else None)  # the rows are rank 0's
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """The checks that need no data loaded, run by the driver before any worker starts."""
-    if not is_import_path(cfg.model):
-        model_entry(cfg.model)  # a built-in name: one we know
-    name = dataset_of(cfg)
-    for path, what in ((cfg.model, "model"), (name, "dataset"), (cfg.loss, "loss")):
-        if path and is_import_path(path):
-            resolve(path, what)  # importable and callable, here rather than in every worker
-    if not is_import_path(cfg.model) and name in DATASET_KINDS:
-        check_pairing(cfg.model, DATASET_KINDS[name])
-    if not is_import_path(name) and name not in DATASETS:
-        raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)} or give"
-                          " package.module:factory")
-    if cfg.data_path and not Path(cfg.data_path).exists():
-        raise ConfigError(f"data_path {cfg.data_path}: no such file or folder")
-    if cfg.precision == "fp16" and not torch.cuda.is_available():
-        log.warning("fp16 on CPU is slow and numerically poor: bf16 is the CPU's mixed precision")

@@ -28,7 +28,7 @@ from orchestrator.raytrain.session import ray_session
 from orchestrator.warm.pool import find_pool
 from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
-from trainables.flops import peak_tflops_of
+from trainables.peaks import peak_tflops_of
 
 log = logging.getLogger(__name__)
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there

@@ -1,13 +1,15 @@
 """The run's rows as TensorBoard scalars in runs/<name>/tb/, written as they arrive (`tensorboard --logdir
 runs`): loss, lr, throughput, validation, stragglers and host telemetry, each against the optimizer step.
-The writer (torch.utils.tensorboard, ~2 s to import) is made on the first rows, in the thread that polls
-them, not on the launch's path to its first step."""
+The writer is TensorBoard's own event-file writer with scalar summaries, as torch.utils.tensorboard's
+add_scalar writes them, without importing torch (the driver of a launch on a pool never does); it is made
+on the first rows, in the thread that polls them."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +27,11 @@ class TensorBoardRows:
             return
         try:
             if self.writer is None:
-                from torch.utils.tensorboard import SummaryWriter  # deferred: 2 s of imports, off the launch's path
+                from tensorboard.summary.writer.event_file_writer import EventFileWriter  # deferred (0.2 s)
 
-                self.writer = SummaryWriter(str(self.folder))
+                self.writer = EventFileWriter(str(self.folder))
             for row in rows[self.written:]:
-                step = int(row.get("step", 0))
-                for key, value in row.items():
-                    if key != "step" and isinstance(value, int | float) and math.isfinite(value):
-                        self.writer.add_scalar(key, value, step)
+                self.writer.add_event(scalars_event(row))
             self.written = len(rows)
             self.writer.flush()
         except Exception as exc:  # no tensorboard, a full disk: the run goes on, its rows are in metrics.parquet
@@ -43,3 +42,13 @@ class TensorBoardRows:
         if self.writer:
             with contextlib.suppress(Exception):  # (as above)
                 self.writer.close()
+
+
+def scalars_event(row: dict[str, Any]) -> Any:
+    """One event holding the row's finite numbers as scalars at its step."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2  # deferred, as the writer
+
+    values = [summary_pb2.Summary.Value(tag=key, simple_value=value) for key, value in row.items()
+              if key != "step" and isinstance(value, int | float) and math.isfinite(value)]
+    summary = summary_pb2.Summary(value=values)
+    return event_pb2.Event(wall_time=time.time(), step=int(row.get("step", 0)), summary=summary)

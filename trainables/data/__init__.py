@@ -4,27 +4,26 @@ Each builder returns (train, val, meta); meta tells the model what it is fed. A 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from torch.utils.data import Dataset
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
-from trainables.data.digits import digits
 from trainables.data.meta import DataMeta
-from trainables.data.parquet import parquet
-from trainables.data.synthetic import fake_images, fake_tokens
-from trainables.data.text import stdlib_text
 from trainables.factories import call, is_import_path, resolve
 
-Builder = Callable[[TrainConfig], tuple[Dataset, Dataset, DataMeta]]
-DATASETS: dict[str, Builder] = {
-    "digits": digits,
-    "stdlib-text": stdlib_text,
-    "fake-images": fake_images,
-    "fake-tokens": fake_tokens,
-    "parquet": parquet,
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+# Each builder's import path, imported when a run builds its data: the driver, which only checks the data
+# (trainables.data.check), imports no torch.
+DATASETS: dict[str, str] = {
+    "digits": "trainables.data.digits:digits",
+    "stdlib-text": "trainables.data.text:stdlib_text",
+    "fake-images": "trainables.data.synthetic:fake_images",
+    "fake-tokens": "trainables.data.synthetic:fake_tokens",
+    "parquet": "trainables.data.parquet:parquet",
 }
 # What each dataset feeds, known before any data is read (parquet's depends on its columns).
 DATASET_KINDS: dict[str, str] = {"digits": "image", "stdlib-text": "tokens", "fake-images": "image",
@@ -37,7 +36,8 @@ def build_datasets(cfg: TrainConfig, name: str,
         return users_datasets(call(resolve(name, "dataset"), name, "dataset", {"cfg": cfg}, user or {}), name)
     if name not in DATASETS:
         raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
-    return DATASETS[name](cfg)
+    module, builder = DATASETS[name].split(":")
+    return getattr(importlib.import_module(module), builder)(cfg)
 
 
 def users_datasets(out: Any, name: str) -> tuple[Dataset, Dataset, DataMeta]:

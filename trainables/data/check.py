@@ -3,10 +3,9 @@ the wrong columns or no rows, image bytes that do not decode, or fewer samples p
 step needs (batch_size x grad_accum) are each refused in one line, where the workers would find them only
 after Ray's start-up, with a traceback each.
 
-The built-in datasets are built here (digits, the stdlib text, lazy fake images: well under a second),
-fake-tokens only counted (making them can take gigabytes), and Parquet read as far as its metadata and first
-rows. A user's own dataset factory is not called (it may be slow, or need the workers' devices): its import
-path and signature are checked with the model's."""
+The built-in datasets are counted, not built (trainables.data.shipped: no torch on the driver), and Parquet
+read as far as its metadata and first rows. A user's own dataset factory is not called (it may be slow, or need
+the workers' devices): its import path and signature are checked with the model's."""
 
 from __future__ import annotations
 
@@ -21,9 +20,7 @@ from PIL import Image
 
 from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
-from trainables.data import build_datasets
-from trainables.data.split import split_indices
-from trainables.data.synthetic import fake_token_split
+from trainables.data.shipped import builtin_sizes, held_out
 from trainables.factories import is_import_path
 
 SAMPLES_DECODED = 4  # per split: the first rows of each
@@ -99,18 +96,13 @@ def parquet_sizes(cfg: TrainConfig) -> tuple[int, int]:
         rows.append(opened.metadata.num_rows)
     if len(rows) == 2:
         return rows[0], rows[1]
-    train, val = split_indices(rows[0], cfg.val_fraction)
-    return len(train), len(val)
+    return rows[0] - held_out(rows[0], cfg.val_fraction), held_out(rows[0], cfg.val_fraction)
 
 
 def dataset_sizes(cfg: TrainConfig, name: str, user: Mapping[str, Any]) -> tuple[int, int]:
     if name == "parquet":
         return parquet_sizes(cfg)
-    if name == "fake-tokens":
-        n_tokens, cut = fake_token_split(cfg)
-        return (cut - 1) // cfg.seq_len, (n_tokens - cut - 1) // cfg.seq_len
-    train, val, _ = build_datasets(cfg, name, user)
-    return len(train), len(val)
+    return builtin_sizes(cfg, name)
 
 
 def check_data(cfg: TrainConfig, name: str, workers: int, user: Mapping[str, Any] | None = None) -> None:

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
+from trainables.data.shipped import digits_csv
 from trainables.data.split import split_indices
-
-
-def digits_csv() -> Path:
-    """The data file scikit-learn's load_digits reads, found without importing scikit-learn (a 1-2 s import
-    that every digits run and every sweep trial would pay before its first step)."""
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("the digits dataset ships with scikit-learn: pip install scikit-learn")
-    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
 
 
 def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from torch.utils.data import Dataset
 
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
+from trainables.data.shipped import fake_token_split, held_out
 from trainables.data.text import TokenWindows
 
 FAKE_CLASSES = 1000
@@ -33,17 +34,11 @@ class RandomImages(Dataset):
 
 def fake_images(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:
     size = (3, cfg.image_size, cfg.image_size)
-    n_val = max(1, round(cfg.fake_samples * cfg.val_fraction))
+    n_val = held_out(cfg.fake_samples, cfg.val_fraction)
     train = RandomImages(cfg.fake_samples, size, FAKE_CLASSES, seed=0)
     val = RandomImages(n_val, size, FAKE_CLASSES, seed=1)
     meta = DataMeta(kind="image", num_classes=FAKE_CLASSES, in_channels=3, image_size=cfg.image_size)
     return train, val, meta
-
-
-def fake_token_split(cfg: TrainConfig) -> tuple[int, int]:
-    """(tokens in all, where validation starts) of fake-tokens: its sizes, known without making it."""
-    n_tokens = cfg.fake_samples * cfg.seq_len + 1
-    return n_tokens, int(n_tokens * (1 - cfg.val_fraction))
 
 
 def fake_tokens(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.data.meta import DataMeta
 from trainables.factories import call, is_import_path, resolve
-from trainables.models.digits_cnn import DigitsCNN
-from trainables.models.gpt import GPT, GPTConfig
-from trainables.models.llama import LLAMA_SIZES, llama
-from trainables.models.vision import resnet
+from trainables.models.shapes import LLAMA_SIZES
+
+if TYPE_CHECKING:
+    from torch import nn
+
+# The builders import their model's module (and torch) when called: the driver, which only checks a run's
+# model name and its pairing with the data, imports no torch.
 
 
 @dataclass(frozen=True)
@@ -28,21 +29,44 @@ class ModelEntry:
 
 def _gpt(n_layer: int, n_head: int, n_embd: int) -> Callable[[DataMeta], nn.Module]:
     def build(meta: DataMeta) -> nn.Module:
-        cfg = GPTConfig(vocab_size=meta.num_classes, block_size=meta.seq_len, n_layer=n_layer,
-                        n_head=n_head, n_embd=n_embd)
-        return GPT(cfg)
+        from trainables.models.gpt import GPT, GPTConfig  # when built: see MODELS
+
+        return GPT(GPTConfig(vocab_size=meta.num_classes, block_size=meta.seq_len, n_layer=n_layer,
+                             n_head=n_head, n_embd=n_embd))
+    return build
+
+
+def _digits_cnn(meta: DataMeta) -> nn.Module:
+    from trainables.models.digits_cnn import DigitsCNN  # when built: see MODELS
+
+    return DigitsCNN(meta.in_channels, meta.num_classes, meta.image_size)
+
+
+def _resnet(depth: int) -> Callable[[DataMeta], nn.Module]:
+    def build(meta: DataMeta) -> nn.Module:
+        from trainables.models.vision import resnet  # when built: see MODELS
+
+        return resnet(depth, meta.in_channels, meta.num_classes)
+    return build
+
+
+def _llama(size: str) -> Callable[[DataMeta], nn.Module]:
+    def build(meta: DataMeta) -> nn.Module:
+        from trainables.models.llama import llama  # when built: see MODELS
+
+        return llama(size, meta.num_classes, meta.seq_len)
     return build
 
 
 MODELS: dict[str, ModelEntry] = {
-    "digits-cnn": ModelEntry(lambda m: DigitsCNN(m.in_channels, m.num_classes, m.image_size), "image", "digits"),
-    "resnet18": ModelEntry(lambda m: resnet(18, m.in_channels, m.num_classes), "image", "fake-images"),
-    "resnet50": ModelEntry(lambda m: resnet(50, m.in_channels, m.num_classes), "image", "fake-images"),
+    "digits-cnn": ModelEntry(_digits_cnn, "image", "digits"),
+    "resnet18": ModelEntry(_resnet(18), "image", "fake-images"),
+    "resnet50": ModelEntry(_resnet(50), "image", "fake-images"),
     "gpt-char": ModelEntry(_gpt(4, 4, 128), "tokens", "stdlib-text"),
     "gpt2-124m": ModelEntry(_gpt(12, 12, 768), "tokens", "fake-tokens"),
     "gpt-1.3b": ModelEntry(_gpt(24, 16, 2048), "tokens", "fake-tokens"),  # GPT-3 XL's shape (1024 tokens here)
-    **{size: ModelEntry(lambda m, size=size: llama(size, m.num_classes, m.seq_len), "tokens",
-                        "stdlib-text" if size == "llama-toy" else "fake-tokens") for size in LLAMA_SIZES},
+    **{size: ModelEntry(_llama(size), "tokens", "stdlib-text" if size == "llama-toy" else "fake-tokens")
+       for size in LLAMA_SIZES},
 }
 
 
@@ -67,6 +91,8 @@ def build_model(name: str, meta: DataMeta, cfg: TrainConfig | None = None,
     offered: dict[str, Any] = {"meta": meta, "cfg": cfg or TrainConfig()}
     if meta.num_classes:
         offered["num_classes"] = meta.num_classes
+    from torch import nn  # here: the driver's checks import no torch (see MODELS)
+
     model = call(resolve(name, "model"), name, "model", offered, user or {})
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model {name!r} returned a {type(model).__name__}: a model factory returns a"

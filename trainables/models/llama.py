@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainables.models.shapes import LLAMA_SIZES
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -110,14 +112,6 @@ class Llama(nn.Module):
 
 
 # name: (dim, layers, heads, kv heads, ffn) — Llama 3.2 1B and 3B, Llama 3 8B shapes (untied output here)
-LLAMA_SIZES: dict[str, tuple[int, int, int, int, int]] = {
-    "llama-toy": (128, 4, 4, 2, 352),
-    "llama-1b": (2048, 16, 32, 8, 8192),
-    "llama-3b": (3072, 28, 24, 8, 8192),
-    "llama-8b": (4096, 32, 32, 8, 14336),
-}
-
-
 def llama(size: str, vocab_size: int, max_seq_len: int) -> Llama:
     dim, layers, heads, kv_heads, ffn = LLAMA_SIZES[size]
     return Llama(LlamaConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, dim=dim, n_layers=layers,
