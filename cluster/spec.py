@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cluster.detect import detect
 from groundwork.address import check_address
 from groundwork.errors import ConfigError
-from groundwork.remote import is_uri, open_uri
+from groundwork.remote import check_scheme, is_uri
 from groundwork.yamlio import read_yaml, validate_doc
 
 _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
@@ -116,10 +116,10 @@ class Storage(_Strict):
 
     @field_validator("path")
     @classmethod
-    def _uri_opens(cls, path: str) -> str:
-        if is_uri(path):
+    def _known_scheme(cls, path: str) -> str:
+        if is_uri(path):  # reaching it is preflight's check: validating a spec asks no network
             try:
-                open_uri(path)
+                check_scheme(path)
             except ConfigError as exc:
                 raise ValueError(str(exc).removeprefix(f"storage.path {path}: ")) from None
         return path
@@ -157,7 +157,7 @@ class ClusterSpec(_Strict):
         heads = [g for g in self.node_groups if g.role == "head"]
         if len(heads) > 1 or (heads and heads[0].count != 1):
             raise ValueError("exactly one head node is allowed: one group with role: head and count: 1")
-        if self.num_nodes > 1 and not self.storage.shared and not _is_uri(self.storage.path):
+        if self.num_nodes > 1 and not self.storage.shared and not _bucket(self.storage.path):
             raise ValueError(
                 f"storage.path {self.storage.path!r} is node-local but the cluster has {self.num_nodes} nodes:"
                 " set storage.shared: true for a shared filesystem, or use a bucket URI"
@@ -188,8 +188,9 @@ class ClusterSpec(_Strict):
         raise ValueError(f"no node group named {name!r}: the spec has {[g.name for g in self.node_groups]}")
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path
+def _bucket(path: str) -> bool:
+    """A URI every node reaches by itself (s3://, gs://, hdfs://); file:// is a folder of each node's own."""
+    return is_uri(path) and not path.startswith("file://")
 
 
 def load_spec(path: str | Path | None = None) -> ClusterSpec:

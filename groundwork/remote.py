@@ -10,8 +10,7 @@ import hashlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -26,13 +25,25 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
+SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "file", "abfs", "abfss")  # what pyarrow's from_uri opens
+CONFIG_HELP = "give a folder, or a URI such as s3://bucket/runs, gs://bucket/runs, hdfs://host/runs or file:///mnt/runs"
+
+
+def check_scheme(uri: str) -> None:
+    """A URI pyarrow has a filesystem for, checked without opening it (opening an s3:// one asks the network for
+    its region): one line otherwise."""
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(f"storage.path {uri}: pyarrow has no {scheme}:// filesystem: {CONFIG_HELP}")
+
+
 def open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and the path within it; one line where pyarrow cannot open the URI."""
+    """The filesystem and the path within it: one line for a URI pyarrow cannot parse; the storage's own OSError
+    (no network, no credentials) for one it cannot reach, for the caller to say so."""
     try:
         return pafs.FileSystem.from_uri(uri)
-    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise ConfigError(f"storage.path {uri}: pyarrow cannot open it ({exc}): give a folder, or a URI such as"
-                          " s3://bucket/runs, gs://bucket/runs, hdfs://host/runs or file:///mnt/runs") from None
+    except ValueError as exc:  # pyarrow's ArrowInvalid: not a URI it can parse
+        raise ConfigError(f"storage.path {uri}: pyarrow cannot open it ({exc}): {CONFIG_HELP}") from None
 
 
 def join(uri: str, *parts: str) -> str:
@@ -74,13 +85,20 @@ def _copied(name: str) -> bool:
     return not name.startswith(NOT_COPIED)
 
 
-def upload(local: Path, uri: str) -> None:
-    """The run's own files under `local` (not checkpoints, not scratch) to `uri`, file by file."""
+def stamps(local: Path) -> dict[str, int]:
+    """Each file's modification time (ns) under `local`, by relative path."""
+    return {p.relative_to(local).as_posix(): p.stat().st_mtime_ns for p in local.rglob("*") if p.is_file()}
+
+
+def upload(local: Path, uri: str, unchanged: dict[str, int] | None = None) -> None:
+    """The run's own files under `local` (not checkpoints, not scratch) to `uri`, file by file; not those
+    whose modification time is still the one in `unchanged` (copies this node made of what the URI holds: a
+    rank on another node may have written a newer one there since)."""
     fs, base = open_uri(uri)
-    for file in sorted(p for p in local.rglob("*") if p.is_file()):
-        relative = file.relative_to(local)
-        if all(_copied(part) for part in relative.parts):
-            upload_file(file, fs, f"{base.rstrip('/')}/{relative.as_posix()}")
+    unchanged = unchanged or {}
+    for relative, stamp in sorted(stamps(local).items()):
+        if all(_copied(part) for part in relative.split("/")) and unchanged.get(relative) != stamp:
+            upload_file(local / relative, fs, f"{base.rstrip('/')}/{relative}")
 
 
 def upload_file(file: Path, fs: pafs.FileSystem, dest: str) -> None:
@@ -111,20 +129,13 @@ def checkpoint_names(uri: str) -> list[str]:
     return sorted((n for n in names if n.startswith("checkpoint_")), reverse=True)
 
 
-def fetched(uri: str, names: list[str], scratch: Path) -> Iterator[Path]:
-    """Each checkpoint of `names` copied under `scratch`, one at a time as the caller asks for the next (a
-    checkpoint can be many GB: only the one being read is here); `scratch` is emptied when the caller is done."""
+def fetch(uri: str, name: str, dest: Path) -> None:
+    """The run's checkpoint folder `name` copied to `dest` (emptied first)."""
     fs, base = open_uri(uri)
-    try:
-        for name in names:
-            dest = scratch / name
-            shutil.rmtree(dest, ignore_errors=True)
-            dest.mkdir(parents=True)
-            pafs.copy_files(f"{base.rstrip('/')}/{name}", str(dest), source_filesystem=fs,
-                            destination_filesystem=pafs.LocalFileSystem())
-            yield dest
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    pafs.copy_files(f"{base.rstrip('/')}/{name}", str(dest), source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem())
 
 
 def remove(uri: str) -> None:
@@ -139,6 +150,7 @@ class RunPlace:
 
     local: Path
     uri: str | None = None
+    pulled: dict[str, int] = field(default_factory=dict, compare=False)  # what start() copied, as it was
 
     @classmethod
     def of(cls, storage: str, name: str) -> RunPlace:
@@ -175,11 +187,20 @@ class RunPlace:
         self.local.mkdir(parents=True)
         if resume:
             download(self.uri, self.local)
+            self.pulled.update(stamps(self.local))
 
     def push(self) -> None:
         """The run's files from the staging copy to the URI (a plain path: they are there already)."""
         if self.uri is not None:
-            upload(self.local, self.uri)
+            upload(self.local, self.uri, self.pulled)
+
+    def push_after_failure(self) -> None:
+        """push, where the run already failed: a storage that fails too is named, not raised over the run's
+        own error."""
+        try:
+            self.push()
+        except OSError as exc:
+            log.warning("the run's files stay in %s: copying them to %s failed (%s)", self.local, self.uri, exc)
 
     def checkpoints(self) -> list[str]:
         """The run's checkpoint folders, newest first, by name."""
@@ -190,4 +211,14 @@ class RunPlace:
     def remove(self) -> None:
         shutil.rmtree(self.local, ignore_errors=True)
         if self.uri is not None:
-            remove(self.uri)
+            try:
+                remove(self.uri)
+            except OSError as exc:  # the run's own error is the one to raise
+                log.warning("%s could not be removed (%s)", self.uri, exc)
+
+    def local_checkpoint(self, path: str) -> Path | None:
+        """A checkpoint Ray Train stored, as a path on this machine: itself for a folder or file://; None for a
+        bucket (it is under `uri`)."""
+        if self.uri is None or isinstance(open_uri(self.uri)[0], pafs.LocalFileSystem):
+            return Path(path)
+        return None

@@ -22,6 +22,7 @@ from cluster.launcher import render
 from cluster.plan import plan
 from cluster.spec import ClusterSpec, load_spec
 from groundwork.errors import ConfigError, RunFailed
+from groundwork.remote import is_uri
 from groundwork.yamlio import parse_value
 from orchestrator.admin.doctor import doctor, print_pairs
 from orchestrator.admin.nodes import down, up
@@ -245,6 +246,7 @@ def cmd_pool(args: argparse.Namespace) -> int:
     from orchestrator.warm.pool import pool_up  # deferred: per command (imports Ray)
 
     _, the_plan, address = checked_plan(cfg)
+    refuse_uri_for_pools(the_plan.storage_path)
     if address is None:
         raise ConfigError("a warm pool lives on a running Ray cluster: pass --address (start one on this machine"
                           " with `orchestrator cluster up`)")
@@ -264,11 +266,18 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     local_up.check_one_node(load_spec(cfg.cluster))  # before checked_plan, which would ask for an --address
     spec, the_plan, _ = checked_plan(cfg)
+    refuse_uri_for_pools(the_plan.storage_path)
     address, log_dir, seconds = local_up.start(spec, the_plan, args.idle_timeout)
     print(f"up at {address} in {seconds:.1f} s with a warm pool of {the_plan.workers} workers: launches with no"
           f" --address run there; `orchestrator down` ends it (else {args.idle_timeout:g} s idle do; pool logs:"
           f" {log_dir})")
     return 0
+
+
+def refuse_uri_for_pools(storage: str) -> None:
+    if is_uri(storage):
+        raise ConfigError(f"a warm pool keeps its runs in a folder, and storage {storage} is a URI: set storage.path"
+                          " to a folder for the pool (launches with a URI start their own workers)")
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from cluster.spec import ClusterSpec, load_spec
 from groundwork.address import wait_reachable
 from groundwork.errors import ConfigError
 from groundwork.localray import standing_address
-from groundwork.remote import is_uri, open_uri
+from groundwork.remote import is_uri, open_uri, probe
 from orchestrator.config import LaunchConfig
 from orchestrator.raytrain.job import resolve_entry, takes_config
 from trainables.checks import check_config, dataset_of
@@ -65,17 +65,17 @@ def check_storage(storage_path: str) -> None:
     """The run folders' storage can be written and has room, before anything is written there. A URI: pyarrow
     opens it and can look at it (a bucket's permission to write shows only when written to)."""
     if is_uri(storage_path):
-        fs, path = open_uri(storage_path)
-        if isinstance(fs, pafs.LocalFileSystem):  # file://: the same checks as a plain folder
-            return check_storage(path)
         try:
-            found = fs.get_file_info(path)
+            fs, path = open_uri(storage_path)
+            if isinstance(fs, pafs.LocalFileSystem):  # file://: the same checks as a plain folder
+                return check_storage(path)
+            if fs.get_file_info(path).type == pafs.FileType.File:
+                raise ConfigError(f"storage {storage_path}: a file, not a folder: set storage.path to a folder")
+            probe(storage_path)  # a bucket's permission to write shows only when written to
         except OSError as exc:
             why = str(exc).splitlines()[0]
-            raise ConfigError(f"storage {storage_path}: cannot be read ({why}): check the credentials and the"
+            raise ConfigError(f"storage {storage_path}: cannot be written ({why}): check the credentials and the"
                               " address, or set storage.path in the cluster spec elsewhere") from None
-        if found.type == pafs.FileType.File:
-            raise ConfigError(f"storage {storage_path}: a file, not a folder: set storage.path to a folder")
         return
     existing = Path(storage_path).absolute()
     while not existing.exists():

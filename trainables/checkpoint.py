@@ -131,7 +131,6 @@ def load_state(folder: str | Path, map_location: str | torch.device = "cpu") -> 
 
 def load_latest(folders: Iterable[str | Path]) -> tuple[Path, dict[str, Any]] | None:
     """The first checkpoint in `folders` (newest first) that passes its manifest; bad ones are skipped."""
-
     for folder in folders:
         try:
             return Path(folder), load_state(folder)

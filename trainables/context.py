@@ -47,7 +47,8 @@ class Reporter(Protocol):
     `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap);
     `preemption_notice` on every rank at each log point: whether the cluster said a node of this run is about
     to be reclaimed, or this process was told to stop (SIGTERM) (local and cheap; the loop agrees on it across
-    ranks and checkpoints at once; `checkpoint` then ends the rank that was told, by raising)."""
+    ranks and checkpoints at once, with "preemption_notice" in every rank's metrics; that `checkpoint` ends the
+    rank that was told, by raising, once the checkpoint is stored)."""
 
     def log(self, row: dict[str, float]) -> None: ...
 

@@ -301,8 +301,8 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
                     noticed = True
                     if ctx.is_main:
                         log.warning("a node of this run is about to be reclaimed: checkpoint at step %d", pos.step)
-                    with meter.set_aside("checkpoint_time_s"):
-                        checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step})
+                    with meter.set_aside("checkpoint_time_s"):  # every rank's metrics say why (see Reporter)
+                        checkpoint(state, cfg, ctx, reporter, {**metrics, "step": pos.step, "preemption_notice": 1.0})
             if cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0 and pos.batch_in_epoch < micro_per_epoch:
                 health.exchange(row=False)  # never checkpoint a nan
                 with meter.set_aside("checkpoint_time_s"):

@@ -42,7 +42,7 @@ def progress(place: RunPlace) -> tuple[str, str]:
 def saved_rows(place: RunPlace) -> list[dict]:
     try:
         return pq.read_table(io.BytesIO(place.read(METRICS_FILE))).to_pylist()
-    except OSError:  # none yet (FileNotFoundError), or a storage that does not answer
+    except (OSError, ValueError):  # none yet (FileNotFoundError), a storage that does not answer, a torn file
         return []
 
 

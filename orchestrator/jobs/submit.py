@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from cluster.spec import ClusterSpec
+from groundwork.errors import ConfigError
 from groundwork.remote import is_uri
 from orchestrator.config import LaunchConfig
 from orchestrator.jobs.client import META_KEY, default_address, jobs_api, jobs_client
@@ -33,7 +34,7 @@ NOT_SHIPPED = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".mypy_cache", "
 OWN_PACKAGES = ("groundwork", "cluster", "trainables", "orchestrator")
 
 
-def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
+def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, str]:
     """Submit the launch; (Ray's job id, the run's name, its folder). Every check of a launch runs here first."""
     spec, the_plan, address = checked_plan(cfg)
     cfg, place = prepare_run(cfg, the_plan, resume)
@@ -44,12 +45,15 @@ def detach(cfg: LaunchConfig, resume: bool) -> tuple[str, str, Path]:
     return job_id, cfg.name or "", place.where
 
 
-def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, Path]:
+def detach_sweep(config: str | None, resume: str | None) -> tuple[str, str, str]:
     """Submit the sweep; (Ray's job id, the sweep's name, its folder). The sweep's own checks run here first.
     Its driver works in this folder where the head sees it (a cluster on this machine, a shared home), else
     beside the runs on the cluster's storage; the sweep folder is `sweeps/<name>` there."""
     cfg = sweep_to_submit(config, resume)
     spec, the_plan, address = checked_plan(cfg.base)
+    if is_uri(the_plan.storage_path):
+        raise ConfigError(f"a detached sweep keeps its folder beside the runs, and storage {the_plan.storage_path}"
+                          " is a URI: set storage.path to a folder the head sees, or run the sweep attached")
     cfg, folder = sweep_folder(cfg, resume)
     address = default_address(address)
     payload = {"kind": "sweep", "sweep": cfg.model_dump(mode="json"), "resume": resume is not None,

@@ -41,7 +41,7 @@ class RunResult:
     path: Path
     metrics: dict[str, float]  # the last validation row (a train function's: its last report)
     summary: dict[str, float]  # throughput, MFU, peak memory, utilisation, energy (summary.json)
-    checkpoint: Path | None  # the latest checkpoint folder (holds state.pt)
+    checkpoint: Path | None  # the latest checkpoint folder (holds state.pt); None where it is in a bucket
     rows: list[dict[str, float]]
     seconds: float
     workers: str  # where the job ran: the warm pool of a Ray cluster, or a worker group of its own
@@ -138,7 +138,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     except Interrupted as exc:
         keep_rows(run_dir, exc.rows)
         mark(run_dir, "interrupted")
-        place.push()
+        place.push_after_failure()
         raise
     rows = dedupe_rows(read_rows(run_dir) + new_rows)  # a resumed run appends to what it wrote before
     if rows:
@@ -149,6 +149,8 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     mark(run_dir, "finished")
     summary = write_summary(rows, run_dir)
     place.push()
+    if checkpoint is not None and place.uri is not None:
+        checkpoint = place.local_checkpoint(str(checkpoint))  # on a bucket: None (it is under place.uri)
     workers = f"the warm pool at {address}" if pooled else (
         f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), summary, checkpoint, rows,
@@ -189,10 +191,10 @@ def after_failure(cfg: LaunchConfig, place: RunPlace, resume: bool, exc: RunFail
     if exc.rows:
         keep_rows(run_dir, exc.rows)
         mark(run_dir, "failed")
-        place.push()
+        place.push_after_failure()
         return exc
-    if resume or cfg.kind == "script" or place.checkpoints():
-        place.push()
+    if resume or cfg.kind == "script" or has_checkpoints(place):
+        place.push_after_failure()
         return exc
     kept = Path(tempfile.mkdtemp(prefix=f"orchestrator-{run_dir.name}-"))
     if (run_dir / "logs").is_dir():
@@ -200,6 +202,13 @@ def after_failure(cfg: LaunchConfig, place: RunPlace, resume: bool, exc: RunFail
     place.remove()
     line = str(exc).replace(str(run_dir / "logs"), str(kept / "logs"))
     return RunFailed(f"{line}; it never trained, so {place.where} was removed")
+
+
+def has_checkpoints(place: RunPlace) -> bool:
+    try:
+        return bool(place.checkpoints())
+    except OSError:  # a storage that does not answer: keep what may be there
+        return True
 
 
 def last_validation(rows: list[dict[str, float]]) -> dict[str, float]:

@@ -71,8 +71,8 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
     trainer = make_trainer(train_worker, WorkerArgs(job, sink), the_plan, run_dir,
                            keep_checkpoints=cfg.keep_checkpoints, max_failures=restarts_allowed(cfg),
                            datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None,
-                           nsight=cfg.nsys, min_workers=cfg.min_workers, sigterm_notice=job.kind == "loop",
-                           remote=job.remote)
+                           nsight=cfg.nsys, min_workers=cfg.min_workers, remote=job.remote,
+                           sigterm_notice=job.kind == "loop" and bool(cfg.train.checkpoints))  # else Ray's SIGTERM
     bar, update = terminal(cfg, job, run_dir)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
     try:

@@ -7,16 +7,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import ray
 import ray.train
 import ray.train.torch
+import torch.distributed as dist
 from ray.train.v2._internal.execution.context import get_train_context as get_internal_train_context
 
 from groundwork import remote
-from groundwork.errors import CheckpointError, Preempted
+from groundwork.errors import CheckpointError, ConfigError, Preempted
 from orchestrator.raytrain.function import run_function
 from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job, WorkerArgs
@@ -47,26 +49,34 @@ class RayReporter:
             self.sink.push.remote(row)
 
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
-        # A checkpoint for a preemption notice is written before the rank goes: uploaded before report returns.
-        if self.upload_async and not (told() or metrics.get("preemption_notice")):
+        notice = bool(metrics.get("preemption_notice"))  # the same on every rank (see trainables.context)
+        if self.upload_async and not notice:
             self.checkpoint_async(metrics, folder)
-        else:
-            ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
-            ray.train.report(metrics, checkpoint=ckpt)
-        end_if_told(int(metrics.get("step", -1)))
+            return
+        ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
+        ray.train.report(metrics, checkpoint=ckpt)  # rank 0's returns once its folder is stored
+        if notice:
+            if dist.is_initialized():
+                dist.barrier()  # so the rank told does not end (and its group with it) before that
+            end_if_told(int(metrics.get("step", -1)))
 
     @staticmethod
     def checkpoint_async(metrics: dict[str, float], folder: str | None) -> None:
         """Train V2's asynchronous upload: Ray copies the folder to the storage in a thread of its own and
         deletes it after (the loop removes `folder` when this returns, so Ray gets it under another name); the
         report waits for the other ranks in that thread too. A run's end waits for every upload."""
-        ckpt = None
+        ckpt, taken = None, None
         if folder:
             taken = f"{folder}-upload"
             os.rename(folder, taken)
             ckpt = ray.train.Checkpoint.from_directory(taken)
-        ray.train.report(metrics, checkpoint=ckpt, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
-                         delete_local_checkpoint_after_upload=True)
+        try:
+            ray.train.report(metrics, checkpoint=ckpt, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+                             delete_local_checkpoint_after_upload=True)
+        except BaseException:
+            if taken:
+                shutil.rmtree(taken, ignore_errors=True)  # never handed to Ray's upload
+            raise
 
     def progress(self, step: int) -> None:
         if self.heartbeat is not None:
@@ -95,30 +105,38 @@ def ray_context() -> DistContext:
     )
 
 
-def latest_state(job: Job, rank: int) -> dict[str, Any] | None:
+def latest_state(job: Job, ctx: DistContext) -> dict[str, Any] | None:
     """The newest complete checkpoint to start from (see Job.checkpoint_folders), or None for a fresh start.
-    Each is checked against its manifest; a cut-short or corrupt one is skipped. On a URI each rank reads its
-    own copy (the ranks of a node must not share a folder they each empty)."""
+    Each is checked against its manifest; a cut-short or corrupt one is skipped."""
     if job.remote:
-        return remote_state(job.remote, Path(job.run_dir or ".") / ".fetched" / f"rank-{rank}")
+        return remote_state(job.remote, Path(job.run_dir or ".") / ".fetched", ctx)
     ckpt = ray.train.get_checkpoint()
     return resume_state(job.checkpoint_folders(Path(ckpt.path) if ckpt else None))
 
 
-def remote_state(uri: str, scratch: Path) -> dict[str, Any] | None:
-    """latest_state for a run folder on a URI: its checkpoints copied here one at a time, newest first."""
-    names = remote.checkpoint_names(uri)
-    if not names:
-        return None
-    folders = remote.fetched(uri, names, scratch)
-    try:
-        found = load_latest(folders)
-    finally:
-        folders.close()  # the copy goes: the state is in memory
-    if found is None:
+def remote_state(uri: str, scratch: Path, ctx: DistContext) -> dict[str, Any] | None:
+    """latest_state for a run folder on a URI: its checkpoints copied to each node once (by the node's first
+    rank, the others waiting), one at a time, newest first, until one passes its manifest."""
+    for name in remote.checkpoint_names(uri):
+        folder = scratch / name
+        if ctx.local_rank == 0:
+            remote.fetch(uri, name, folder)
+        together(ctx)
+        found = load_latest([folder])
+        together(ctx)  # every rank of the node has read it
+        if ctx.local_rank == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        if found is not None:
+            log.info("resuming from %s", remote.join(uri, name))
+            return found[1]
+    if remote.checkpoint_names(uri):
         raise CheckpointError(f"no complete checkpoint to resume from in {uri}: every one failed its manifest")
-    log.info("resuming from %s", remote.join(uri, found[0].name))
-    return found[1]
+    return None
+
+
+def together(ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
 
 
 def fetch_log(job: Job, rank: int) -> None:
@@ -126,7 +144,7 @@ def fetch_log(job: Job, rank: int) -> None:
     node has it already): the rank appends to it, and its upload replaces the one there."""
     local = Path(job.log_dir or ".") / f"rank-{rank}.log"
     if job.remote and not local.exists():
-        with contextlib.suppress(OSError):  # none yet: a new run, or a rank that never wrote
+        with contextlib.suppress(OSError, ConfigError):  # none yet (a new run), or unreachable: start a new one
             local.parent.mkdir(parents=True, exist_ok=True)
             local.write_bytes(remote.RunPlace.at(job.remote).read(f"logs/{local.name}"))
 
@@ -138,7 +156,7 @@ def upload_log(job: Job, rank: int) -> None:
         try:
             fs, base = remote.open_uri(remote.join(job.remote, "logs", local.name))
             remote.upload_file(local, fs, base)
-        except OSError as exc:  # the run's result does not hang on its log
+        except (OSError, ConfigError) as exc:  # the run's own end (or error) is not replaced by its log's
             log.warning("rank %d: its log did not reach %s: %s", rank, job.remote, exc)
 
 
@@ -177,7 +195,7 @@ def train_worker(args: WorkerArgs) -> None:
                 run_script(job, ctx, args.sink, beat)
             else:
                 reporter = RayReporter(args.sink, beat, upload_async=job.remote is not None)
-                run_training(train_for(job, ctx), ctx, reporter, latest_state(job, ctx.rank), job.run_dir, job.user)
+                run_training(train_for(job, ctx), ctx, reporter, latest_state(job, ctx), job.run_dir, job.user)
         except Preempted as told_to_stop:  # asked for: its message says all (see raytrain.preemption)
             log.warning("%s", told_to_stop)
             raise

@@ -71,7 +71,9 @@ def builtin_sizes(cfg: TrainConfig, name: str) -> tuple[int, int]:
         return cfg.fake_samples, held_out(cfg.fake_samples, cfg.val_fraction)
     if name == "fake-tokens":
         n_tokens, cut = fake_token_split(cfg)
-    else:  # stdlib-text
+    elif name == "stdlib-text":
         n_tokens = len(stdlib_corpus())
         cut = token_cut(n_tokens, cfg.val_fraction)
+    else:
+        raise ValueError(f"no size rule for dataset {name!r}: add one beside the others")
     return windows(cut, cfg.seq_len), windows(n_tokens - cut, cfg.seq_len)

@@ -111,7 +111,6 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
-# name: (dim, layers, heads, kv heads, ffn) — Llama 3.2 1B and 3B, Llama 3 8B shapes (untied output here)
 def llama(size: str, vocab_size: int, max_seq_len: int) -> Llama:
     dim, layers, heads, kv_heads, ffn = LLAMA_SIZES[size]
     return Llama(LlamaConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, dim=dim, n_layers=layers,
