@@ -26,6 +26,7 @@ EXPECTED = {
     "cluster-alias-bomb.yaml": (2, "more than 10000 values once its aliases are expanded"),
     "cluster-bad-address.yaml": (2, "address: 'head-node' is not a Ray address: give host:port"),
     "cluster-nvlink-domain.yaml": (6, "nvlink_domain 3 neither divides the node's 8 GPUs nor spans whole nodes"),
+    "cluster-storage-unknown-scheme.yaml": (3, "storage.path: pyarrow has no sftp:// filesystem"),
 }
 
 
