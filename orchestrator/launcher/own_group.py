@@ -75,16 +75,24 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                            sigterm_notice=job.kind == "loop" and bool(cfg.train.checkpoints))  # else Ray's SIGTERM
     bar, update = terminal(cfg, job, run_dir)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
+    failed: TrainingFailedError | None = None
+    interrupted = False
     try:
         with trackers(cfg, run_dir) as track, bar, LiveRows(sink, both(update, track)) as live, watchdog:
             try:
                 result = trainer.fit()
             except TrainingFailedError as exc:
-                raise RunFailed(failure_line(exc, watchdog.hangs, run_dir), live.rows) from exc
+                failed = exc
             except KeyboardInterrupt:  # Ctrl-C: the trainer has ended every rank (see LeanTrainer)
-                raise Interrupted(live.rows, run_dir.name) from None
+                interrupted = True
     finally:
         ray.kill(sink)  # now, not when Ray collects the handle: a --resume in this process reuses its name
+    # Raised once LiveRows has taken the last rows (on leaving its block): a failure noticed quickly must
+    # not lose the rows its ranks pushed just before.
+    if failed is not None:
+        raise RunFailed(failure_line(failed, watchdog.hangs, run_dir), live.rows) from failed
+    if interrupted:
+        raise Interrupted(live.rows, run_dir.name) from None
     if cfg.nsys:
         collect_nsight_reports(run_dir / "profile")
     for hang in watchdog.hangs:  # hangs the run survived by restarting (--max-failures)
