@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cluster.detect import detect
 from groundwork.address import check_address
 from groundwork.errors import ConfigError
-from groundwork.remote import check_scheme, is_uri
+from groundwork.remote import check_scheme, is_node_local, is_uri
 from groundwork.yamlio import read_yaml, validate_doc
 
 _IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"  # Linux IFNAMSIZ is 16 including the NUL
@@ -190,7 +190,7 @@ class ClusterSpec(_Strict):
 
 def _bucket(path: str) -> bool:
     """A URI every node reaches by itself (s3://, gs://, hdfs://); file:// is a folder of each node's own."""
-    return is_uri(path) and not path.startswith("file://")
+    return is_uri(path) and not is_node_local(path)
 
 
 def load_spec(path: str | Path | None = None) -> ClusterSpec:

@@ -25,6 +25,11 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
+def is_node_local(uri: str) -> bool:
+    """A file:// URI: a folder of each node's own, read without a network (unlike a bucket every node reaches)."""
+    return uri.startswith("file://")
+
+
 SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "file", "abfs", "abfss")  # what pyarrow's from_uri opens
 CONFIG_HELP = "give a folder, or a URI such as s3://bucket/runs, gs://bucket/runs, hdfs://host/runs or file:///mnt/runs"
 
@@ -32,7 +37,7 @@ CONFIG_HELP = "give a folder, or a URI such as s3://bucket/runs, gs://bucket/run
 def check_scheme(uri: str) -> None:
     """A URI pyarrow has a filesystem for, checked without opening it (opening an s3:// one asks the network for
     its region): one line otherwise."""
-    scheme = uri.split("://", 1)[0].lower()
+    scheme = uri.split("://", 1)[0]  # as pyarrow reads it: S3:// is not s3://
     if scheme not in SCHEMES:
         raise ConfigError(f"storage.path {uri}: pyarrow has no {scheme}:// filesystem: {CONFIG_HELP}")
 
@@ -219,6 +224,6 @@ class RunPlace:
     def local_checkpoint(self, path: str) -> Path | None:
         """A checkpoint Ray Train stored, as a path on this machine: itself for a folder or file://; None for a
         bucket (it is under `uri`)."""
-        if self.uri is None or isinstance(open_uri(self.uri)[0], pafs.LocalFileSystem):
+        if self.uri is None or is_node_local(self.uri):
             return Path(path)
         return None

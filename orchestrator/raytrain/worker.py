@@ -117,7 +117,8 @@ def latest_state(job: Job, ctx: DistContext) -> dict[str, Any] | None:
 def remote_state(uri: str, scratch: Path, ctx: DistContext) -> dict[str, Any] | None:
     """latest_state for a run folder on a URI: its checkpoints copied to each node once (by the node's first
     rank, the others waiting), one at a time, newest first, until one passes its manifest."""
-    for name in remote.checkpoint_names(uri):
+    names = remote.checkpoint_names(uri)
+    for name in names:
         folder = scratch / name
         if ctx.local_rank == 0:
             remote.fetch(uri, name, folder)
@@ -129,7 +130,7 @@ def remote_state(uri: str, scratch: Path, ctx: DistContext) -> dict[str, Any] | 
         if found is not None:
             log.info("resuming from %s", remote.join(uri, name))
             return found[1]
-    if remote.checkpoint_names(uri):
+    if names:
         raise CheckpointError(f"no complete checkpoint to resume from in {uri}: every one failed its manifest")
     return None
 

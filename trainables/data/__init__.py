@@ -4,7 +4,6 @@ Each builder returns (train, val, meta); meta tells the model what it is fed. A 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +35,7 @@ def build_datasets(cfg: TrainConfig, name: str,
         return users_datasets(call(resolve(name, "dataset"), name, "dataset", {"cfg": cfg}, user or {}), name)
     if name not in DATASETS:
         raise ConfigError(f"dataset {name!r} is unknown: choose one of {sorted(DATASETS)}")
-    module, builder = DATASETS[name].split(":")
-    return getattr(importlib.import_module(module), builder)(cfg)
+    return resolve(DATASETS[name], "dataset")(cfg)
 
 
 def users_datasets(out: Any, name: str) -> tuple[Dataset, Dataset, DataMeta]:
