@@ -53,3 +53,36 @@ def test_a_launch_driver_checks_and_submits_without_torch():
             "    checked_plan(LaunchConfig.model_validate({'train': {'model': model}}))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_group_of_its_own_is_built_and_its_controller_started_without_torch(tmp_path):
+    # Neither the driver nor Ray Train's controller runs a tensor op: torch imported in each (through Ray's
+    # TorchConfig, or the worker's module) cost ~1.2 s of CPU apiece on the way to the first step. The driver
+    # builds the trainer and pickles what the controller gets (its callbacks, the backend among them, and the
+    # train function); a fresh process, as the controller is, unpickles them; torch is unimportable in both.
+    blob = tmp_path / "controller.pkl"
+    build = ("import sys; sys.modules['torch'] = None\n"
+             "from pathlib import Path\n"
+             "import ray.cloudpickle as cp\n"
+             "import orchestrator.launcher.own_group\n"
+             "from orchestrator.config import LaunchConfig\n"
+             "from orchestrator.preflight import checked_plan\n"
+             "from orchestrator.raytrain.entry import train_worker\n"
+             "from orchestrator.raytrain.job import Job, WorkerArgs\n"
+             "from orchestrator.raytrain.trainer import make_trainer\n"
+             "cfg = LaunchConfig.model_validate({'train': {'model': 'digits-cnn'}})\n"
+             "_, plan, _ = checked_plan(cfg)\n"
+             "trainer = make_trainer(train_worker, WorkerArgs(Job(name='t', train=cfg.train)), plan,"
+             f" Path({str(tmp_path / 'runs' / 't')!r}))\n"
+             "calls = (trainer._create_default_callbacks(), trainer._get_train_func())\n"
+             f"Path({str(blob)!r}).write_bytes(cp.dumps(calls))\n")
+    load = ("import sys; sys.modules['torch'] = None\n"
+            "from pathlib import Path\n"
+            "import ray.cloudpickle as cp\n"
+            f"callbacks, train_fn = cp.loads(Path({str(blob)!r}).read_bytes())\n"
+            "backend = next(c for c in callbacks if type(c).__name__ == 'BackendSetupCallback')._backend\n"
+            "print(type(backend).__module__, type(backend).__name__, callable(train_fn))\n")
+    for code in (build, load):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["orchestrator.raytrain.backend", "TorchBackend", "True"]

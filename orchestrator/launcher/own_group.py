@@ -19,12 +19,12 @@ from orchestrator.config import LaunchConfig
 from orchestrator.launcher.progress import LiveRows, progress_bar
 from orchestrator.launcher.tail import LogTail
 from orchestrator.launcher.trackers import both, trackers
+from orchestrator.raytrain.entry import train_worker
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.session import on_this_node
 from orchestrator.raytrain.sink import MetricsSink
 from orchestrator.raytrain.trainer import failure_line, make_trainer
 from orchestrator.raytrain.watchdog import Watchdog
-from orchestrator.raytrain.worker import train_worker
 
 log = logging.getLogger(__name__)
 RemoteSink = ray.remote(num_cpus=0)(MetricsSink)

@@ -67,11 +67,12 @@ class Job:
 
 @dataclass(frozen=True)
 class WorkerArgs:
-    """Every rank's argument on a worker group of its own (orchestrator.raytrain.worker.train_worker)."""
+    """Every rank's argument on a worker group of its own (orchestrator.raytrain.entry.train_worker)."""
 
     job: Job
     sink: Any = None  # the run's MetricsSink actor: rows and heartbeats to the driver; None: neither
     on_start: Callable[[], None] | None = None  # called by rank 0 first (a sweep registers the placement group)
+
 
 
 def takes_config(fn: Callable[..., Any]) -> bool | None:

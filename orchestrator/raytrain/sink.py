@@ -9,6 +9,7 @@ where a file in a node-local run folder would not. Hang decisions use this actor
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ from orchestrator.raytrain.stacks import dump_stacks
 from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
 
 
-def kill_worker(worker: Any) -> None:
-    """End a Ray Train worker actor for good: its group fails (or restarts, under --max-failures)."""
-    ray.kill(worker, no_restart=True)
+def kill_worker(worker: bytes) -> None:
+    """End a Ray Train worker actor (its pickled handle) for good: its group fails (or restarts, under
+    --max-failures)."""
+    ray.kill(pickle.loads(worker), no_restart=True)
 
 
 @dataclass
@@ -45,7 +47,7 @@ class MetricsSink:
                  dump: Callable[[dict[int, Beat]], dict[int, str]] = stacks_of) -> None:
         self.rows: list[dict[str, float]] = []
         self.beats = Beats()
-        self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor
+        self.workers: dict[int, Any] = {}  # rank -> its Ray Train worker actor (kill's argument)
         self.kill, self.dump = kill, dump
         self.starts = 0  # worker-group starts reported by rank 0 (see `started`)
 

@@ -16,21 +16,28 @@ from typing import Any
 
 import ray
 import ray.train
-from ray.train.torch import TorchConfig, TorchTrainer
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+from ray.train.v2._internal.constants import get_env_vars_to_propagate
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+from ray.train.v2._internal.execution.controller import TrainController
+from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, JobError, ScriptExited
 from groundwork.remote import split
+from orchestrator.raytrain.backend import TorchConfig
 from orchestrator.raytrain.preemption import ListenForSigterm, SigtermIsPreemption
+from orchestrator.raytrain.session import (
+    HEALTH_CHECK_ENV,
+    HEALTH_CHECK_S,
+    WARN_BLOCKING,
+    WARN_BLOCKING_ENV,
+    embedded_env,
+)
 
 ABORT_TIMEOUT_S = 30
-# How often Ray Train's controller polls the workers: it notices a finished (or failed) group only then. Ray's
-# default, 2 s, adds ~1 s on average to the end of every run and of every warm group; a poll is one small RPC
-# per worker. Ray passes the variable on to the controller.
-HEALTH_CHECK_ENV, HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2"
 EXPECTED = (ConfigError, JobError)  # errors a run may meet that its message says all of
 
 
@@ -39,14 +46,30 @@ class _NoDatasets(WorkerGroupCallback):
         return {"dataset_shard_provider": [None] * len(workers)}  # TrainContext requires the field
 
 
-class LeanTrainer(TorchTrainer):
-    """TorchTrainer whose Ctrl-C ends the run and says so, without two per-run processes our runs never use
+class StaticScaling(FixedScalingPolicy):
+    """Ray's fixed-size policy without the AutoscalingCoordinator (a Ray Data actor, started by the first run
+    on a cluster and waited for: a process importing Ray Data) that asks an autoscaler for the group's
+    resources. A Ray this driver started has no autoscaler and no node to add."""
+
+    def after_controller_start(self, train_run_context: Any) -> None:
+        pass
+
+    def _maybe_send_resource_request(self) -> None:
+        pass
+
+
+class LeanTrainer(DataParallelTrainer):
+    """Ray's TorchTrainer, with a torch backend whose config imports no torch (orchestrator.raytrain.backend),
+    whose Ctrl-C ends the run and says so, without two per-run processes our runs never use
     (each a Python that imports Ray's libraries on a machine whose cores are busy importing torch for the
     workers):
     - Ray's PlacementGroupCleaner polls the State API, which needs the dashboard we keep off; a launch's
       group goes with its job, and a sweep's reaper removes a stopped trial's group.
     - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
       Datasets (ours never have any: the loop reads its own DataLoaders).
+    On a Ray this driver started, without Ray Datasets, also without Ray Data's AutoscalingCoordinator (see
+    StaticScaling), and the controller has no runtime env where its variables hold in every process of that
+    Ray already: it then takes a worker process Ray prestarted.
     With `sigterm_notice`, SIGTERM to a worker is a preemption notice (see orchestrator.raytrain.preemption)."""
 
     def __init__(self, *args: Any, sigterm_notice: bool = False, **kwargs: Any) -> None:
@@ -76,9 +99,25 @@ class LeanTrainer(TorchTrainer):
         signal.signal(signal.SIGINT, on_sigint)
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
-        if self.sigterm_notice:  # Ray 2.60: the policy is a controller argument that fit() makes
+        # Ray 2.60: the policies are controller arguments that fit() makes
+        if self.sigterm_notice:
             controller_init_kwargs["failure_policy"] = SigtermIsPreemption(self.run_config.failure_config)
-        return super()._initialize_and_run_controller(**controller_init_kwargs)
+        embedded = embedded_env()
+        if embedded is None or self.datasets:
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+        if type(controller_init_kwargs["scaling_policy"]) is FixedScalingPolicy:  # not elastic
+            controller_init_kwargs["scaling_policy"] = StaticScaling(self.scaling_config)
+        env = {WARN_BLOCKING_ENV: WARN_BLOCKING, **get_env_vars_to_propagate()}  # what Ray's method passes
+        if any(embedded.get(name) != value for name, value in env.items()):
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+        # Ray's method, with no runtime env
+        controller = ray.remote(num_cpus=0, label_selector={
+            ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()})(TrainController).remote(
+            **controller_init_kwargs)
+        if threading.current_thread() is threading.main_thread():
+            self._register_sigint_handler(controller)
+        ray.get(controller.run.remote())
+        return ray.get(controller.get_result.remote())
 
     def fit(self) -> Any:
         os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)
@@ -110,7 +149,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
                  datasets: dict[str, str] | None = None, backend: str | None = None,
                  nsight: bool = False, min_workers: int | None = None, sigterm_notice: bool = False,
-                 remote: str | None = None) -> TorchTrainer:
+                 remote: str | None = None) -> LeanTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
     workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate).
     With `min_workers`, elastic (Train V2): the group starts with as many of the plan's workers as fit, at
@@ -120,7 +159,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
-        torch_config=TorchConfig(backend=backend or the_plan.backend),
+        backend_config=TorchConfig(backend=backend or the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
             num_workers=(min_workers, the_plan.workers) if min_workers else the_plan.workers,
             use_gpu=the_plan.use_gpu,

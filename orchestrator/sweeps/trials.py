@@ -18,9 +18,9 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from orchestrator.config import LaunchConfig, merge, split_overrides
 from orchestrator.preflight import checked_plan
+from orchestrator.raytrain.entry import train_worker
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.trainer import make_trainer
-from orchestrator.raytrain.worker import train_worker
 from orchestrator.sweeps.reaper import register_current_group
 from orchestrator.warm.client import serve
 
