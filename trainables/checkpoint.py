@@ -167,11 +167,16 @@ def checkpoints_in(run_dir: str | Path) -> list[Path]:
     return sorted((p for p in Path(run_dir).glob("checkpoint_*") if p.is_dir()), reverse=True)
 
 
-def copy_checkpoint(src: str | Path, dest: str | Path) -> Path:
-    """Copy a checkpoint folder so that `dest` appears complete or not at all."""
+def move_checkpoint(src: str | Path, dest: str | Path) -> Path:
+    """Move a checkpoint folder its writer is done with (the loop deletes its own once reported) so that
+    `dest` appears complete or not at all: renamed where both are on one file system (no copy of the state:
+    a sweep's trial reports one every epoch), else copied."""
     dest = Path(dest)
     partial = dest.with_name(f".partial-{dest.name}")
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(src, partial)
+    try:
+        os.rename(src, partial)
+    except OSError:  # another file system (EXDEV)
+        shutil.copytree(src, partial)
     os.replace(partial, dest)
     return dest

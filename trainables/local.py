@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainables.checkpoint import copy_checkpoint, load_state
+from trainables.checkpoint import load_state, move_checkpoint
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.run import run_training
@@ -29,7 +29,7 @@ class LocalReporter:
         if folder is None or self.folder is None:
             return
         dest = self.folder / f"checkpoint_{len(self.checkpoints):06d}"
-        self.checkpoints.append(copy_checkpoint(folder, dest))
+        self.checkpoints.append(move_checkpoint(folder, dest))
 
     def progress(self, step: int) -> None:
         pass  # one process: no one else to tell it is alive

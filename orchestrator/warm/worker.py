@@ -30,7 +30,7 @@ from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.logs import setup_rank_logging
 from orchestrator.raytrain.worker import ray_context
 from orchestrator.warm.desk import GO, GROUP_FAILED, Assignment, Closed, Ended
-from trainables.checkpoint import copy_checkpoint, resume_state
+from trainables.checkpoint import move_checkpoint, resume_state
 from trainables.context import DistContext, Reporter
 from trainables.run import run_training
 
@@ -84,8 +84,8 @@ class GroupReporter:
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
         ask, path = None, None
         if self.ctx.is_main:
-            # Where the client can read it (the loop deletes `folder` when this returns).
-            path = str(copy_checkpoint(folder, self.staging / Path(folder).name)) if folder else None
+            # Moved where the client can read it (the loop deletes `folder` when this returns).
+            path = str(move_checkpoint(folder, self.staging / Path(folder).name)) if folder else None
             index = ray.get(self.desk.report.remote(self.seq, metrics, path))
             ask = lambda: ray.get(self.desk.verdict.remote(self.seq, index, POLL_S))  # noqa: E731
         if agree(self.ctx, ask) != GO:
