@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -53,7 +54,9 @@ def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = N
     if not resume:
         folder.mkdir(parents=True)
         (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    with ray_session(spec, address):
+    with ThreadPoolExecutor(max_workers=1) as writer, ray_session(spec, address):
         result = run_sweep(cfg, the_plan, folder, resume=resume is not None, quiet=quiet)
-        write_results(cfg, result.results, result.best_config, folder)
+        # written (~0.6 s: the plot) while Ray shuts down, which mostly waits for its processes to end
+        written = writer.submit(write_results, cfg, result.results, result.best_config, folder)
+    written.result()  # raises what writing raised
     return result

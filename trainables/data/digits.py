@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
@@ -12,6 +14,7 @@ from trainables.data.shipped import digits_csv
 from trainables.data.split import split_indices
 
 
+@functools.cache  # read once per process: a warm group's workers build it for every trial (~20 ms each)
 def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     table = np.loadtxt(digits_csv(), delimiter=",", dtype=np.float32)  # 64 pixels (0..16), then the label
     images = torch.from_numpy(table[:, :64]).reshape(-1, 1, 8, 8) / 16.0  # (N, 1, 8, 8) in [0, 1]
