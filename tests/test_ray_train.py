@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_cli
 from helpers import final_weights, max_abs_diff
 
 import orchestrator
@@ -220,3 +221,27 @@ def process_gone(pid: int) -> bool:
         return "(zombie)" in Path(f"/proc/{pid}/status").read_text()
     except OSError:  # no such process
         return True
+
+
+def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
+    # Ray Train's controller gets a runtime env of the variables Ray passes it; without one it can take a
+    # worker process Ray prestarted (~1 s of a new Python importing Ray). The embedded Ray starts with those
+    # variables in every process, so a variable added to them without being set there is caught here.
+    from orchestrator.raytrain.trainer import controller_env_in_place  # deferred: as the module's others
+
+    assert controller_env_in_place()
+
+
+def test_a_launch_on_an_embedded_ray_starts_no_autoscaling_coordinator(tmp_path):
+    # Ray Train's fixed-size policy starts Ray Data's AutoscalingCoordinator (an actor, a new Python
+    # importing Ray Data) and waits for it, to ask an autoscaler for resources; a Ray the launch started has
+    # neither an autoscaler nor a node to add. Read from that Ray's own session logs (each actor's first line).
+    started = time.time()
+    proc = run_cli("launch", "--workers", "1", "--max-steps", "2", "--batch-size", "16", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    session = Path("/tmp/ray/session_latest").resolve()
+    assert session.stat().st_mtime >= started - 1  # the launch's own Ray, not an older one
+    actors = [line.split(":actor_name:")[1].strip() for out in (session / "logs").glob("worker-*.out")
+              for line in out.read_text().splitlines()[:3] if ":actor_name:" in line]
+    assert "TrainController" in actors and "MetricsSink" in actors
+    assert not [name for name in actors if "Autoscaling" in name], actors

@@ -102,15 +102,12 @@ class LeanTrainer(DataParallelTrainer):
         # Ray 2.60: the policies are controller arguments that fit() makes
         if self.sigterm_notice:
             controller_init_kwargs["failure_policy"] = SigtermIsPreemption(self.run_config.failure_config)
-        embedded = embedded_env()
-        if embedded is None or self.datasets:
-            return super()._initialize_and_run_controller(**controller_init_kwargs)
-        if type(controller_init_kwargs["scaling_policy"]) is FixedScalingPolicy:  # not elastic
+        embedded = embedded_env() is not None and not self.datasets
+        if embedded and type(controller_init_kwargs["scaling_policy"]) is FixedScalingPolicy:  # not elastic
             controller_init_kwargs["scaling_policy"] = StaticScaling(self.scaling_config)
-        env = {WARN_BLOCKING_ENV: WARN_BLOCKING, **get_env_vars_to_propagate()}  # what Ray's method passes
-        if any(embedded.get(name) != value for name, value in env.items()):
+        if not embedded or not controller_env_in_place():
             return super()._initialize_and_run_controller(**controller_init_kwargs)
-        # Ray's method, with no runtime env
+        # Ray's method, less the controller's runtime env
         controller = ray.remote(num_cpus=0, label_selector={
             ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()})(TrainController).remote(
             **controller_init_kwargs)
@@ -127,6 +124,14 @@ class LeanTrainer(DataParallelTrainer):
         finally:
             if threading.current_thread() is threading.main_thread():  # (where fit registers its handler)
                 signal.signal(signal.SIGINT, previous)
+
+
+def controller_env_in_place() -> bool:
+    """Whether every variable Ray's fit() hands its controller in a runtime env holds in every process of
+    the Ray this driver started already (see orchestrator.raytrain.session.embedded_env)."""
+    embedded = embedded_env() or {}
+    wanted = {WARN_BLOCKING_ENV: WARN_BLOCKING, **get_env_vars_to_propagate()}  # Ray 2.60's
+    return all(embedded.get(name) == value for name, value in wanted.items())
 
 
 def importable_from_here() -> dict[str, str]:
