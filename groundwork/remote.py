@@ -6,6 +6,7 @@ this same path, so a test on file:// runs the code an s3:// bucket does."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import shutil
@@ -46,9 +47,16 @@ def open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path within it: one line for a URI pyarrow cannot parse; the storage's own OSError
     (no network, no credentials) for one it cannot reach, for the caller to say so."""
     try:
-        return pafs.FileSystem.from_uri(uri)
+        return _from_uri(uri)
     except ValueError as exc:  # pyarrow's ArrowInvalid: not a URI it can parse
         raise ConfigError(f"storage.path {uri}: pyarrow cannot open it ({exc}): {CONFIG_HELP}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Opened once per URI and process: a run pushes to the same URIs again and again, and opening an s3://
+    URI that names no region asks S3 for the bucket's region each time (an error is not kept)."""
+    return pafs.FileSystem.from_uri(uri)
 
 
 def join(uri: str, *parts: str) -> str:
@@ -183,6 +191,14 @@ class RunPlace:
         fs, path = open_uri(join(self.uri, file))
         with fs.open_input_stream(path) as stream:
             return stream.read()
+
+    def move(self, file: str, to: str) -> None:
+        """Rename a file of the run (on a URI, there and in the staging copy)."""
+        if (self.local / file).exists():
+            (self.local / file).replace(self.local / to)
+        if self.uri is not None:
+            fs, path = open_uri(join(self.uri, file))
+            fs.move(path, open_uri(join(self.uri, to))[1])
 
     def start(self, resume: bool) -> None:
         """A fresh staging copy: empty, or for a resumed run its files (not its checkpoints) from the URI."""

@@ -173,12 +173,17 @@ def test_a_killed_worker_restarts_from_its_checkpoint_and_ends_equal(three_epoch
     assert frame["step"].is_monotonic_increasing and frame["val_acc"].notna().sum() == 3  # replay deduped
 
 
-def test_sigterm_to_a_worker_checkpoints_at_once_and_the_restart_is_not_a_failure(three_epochs, ray_local):
+def test_sigterm_to_a_worker_checkpoints_at_once_and_the_restart_is_not_a_failure(ray_local, tmp_path, monkeypatch):
     # As Kubernetes, SLURM or a spot VM's shutdown give notice; --max-failures 0: any failure would end the run.
+    # Small batches (89 steps an epoch): the signal, sent when a heartbeat (every 0.5 s) shows step 20, lands
+    # well before the last log point however fast the machine trains.
+    monkeypatch.chdir(tmp_path)
+    slow = {"epochs": 2, "batch_size": 8}
+    reference = orchestrator.launch(**DIGITS, name="sigterm-reference", **slow)
     result, pid, step = launch_and_signal(ray_local, "sigterm", rank=1, at_step=20, sig=signal.SIGTERM,
-                                          epochs=3, max_failures=0)
+                                          max_failures=0, **slow)
     run = result()
-    assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(run.checkpoint)) == 0.0
+    assert max_abs_diff(final_weights(reference.checkpoint), final_weights(run.checkpoint)) == 0.0
     told = (run.path / "logs" / "rank-1.log").read_text()
     assert "SIGTERM: taken as a preemption notice" in told and f"pid {pid}," in told and told.count("rank 1 of 2") == 2
     assert told.count("SIGTERM: taken as") == 1  # Ray's own SIGTERM when it ends the group is Ray's to handle

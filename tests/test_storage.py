@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -18,6 +19,7 @@ from conftest import REPO, run_cli
 from helpers import final_weights, max_abs_diff
 
 import orchestrator
+from groundwork.remote import open_uri
 from trainables.checkpoint import MANIFEST_FILE, checkpoints_in
 
 DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
@@ -40,12 +42,14 @@ def spec_with_storage(folder: Path, storage: str) -> str:
     return str(path)
 
 
-def stop_then_resume(storage: str, tmp_path: Path, monkeypatch) -> tuple[object, object]:
-    """One epoch of two, then --resume, from a working folder that holds nothing of the run."""
+def stop_then_resume(storage: str, tmp_path: Path, monkeypatch,
+                     between: Callable[[], None] = lambda: None) -> tuple[object, object]:
+    """One epoch of two, then (after `between`) --resume, from a working folder that holds nothing of the run."""
     spec = spec_with_storage(tmp_path, storage)
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     first = orchestrator.launch(**DIGITS, cluster=spec, epochs=2, stop_after_epochs=1, name="away")
+    between()
     rest = orchestrator.launch(resume="away", cluster=spec, stop_after_epochs=None, quiet=True)
     assert list(Path.cwd().iterdir()) == []  # no runs/ here
     return first, rest
@@ -65,8 +69,14 @@ def check_the_run_folder(run: Path, uninterrupted) -> None:
 
 def test_a_run_on_a_file_uri_keeps_everything_there_and_resumes_from_it(uninterrupted, tmp_path, monkeypatch):
     bucket = tmp_path / "bucket" / "runs"
-    first, rest = stop_then_resume(f"file://{bucket}", tmp_path, monkeypatch)
+    snapshot = bucket / "away" / "checkpoint_manager_snapshot.json"  # Ray Train's record, read from the URI
+
+    def tear_the_snapshot() -> None:  # as a kill while it was written leaves it: Ray Train cannot start
+        snapshot.write_bytes(snapshot.read_bytes()[:20])
+
+    first, rest = stop_then_resume(f"file://{bucket}", tmp_path, monkeypatch, tear_the_snapshot)
     assert first.stored == rest.stored == f"file://{bucket}/away"
+    assert len((bucket / "away" / "checkpoint_manager_snapshot.torn").read_bytes()) == 20  # set aside, there
     check_the_run_folder(bucket / "away", uninterrupted)
     log = (bucket / "away" / "logs" / "rank-1.log").read_text()
     assert f"resuming from file://{bucket}/away/checkpoint_" in log  # read back through pyarrow, not the path
@@ -128,3 +138,9 @@ def test_a_run_on_an_s3_bucket_keeps_everything_there_and_resumes_from_it(s3_buc
             log = stream.read().decode()
     assert "resuming from s3://bucket/runs/s3run/checkpoint_" in log and "resumed at epoch 1" in log
     assert f"results: {uri.replace('/runs?', '/runs/s3run?')}" in rest.stderr
+
+
+def test_a_storage_uri_is_opened_once_per_process(tmp_path):
+    # A run pushes to its URI again and again; opening an s3:// URI without a region asks S3 for it each time.
+    uri = f"file://{tmp_path}/runs"
+    assert open_uri(uri)[0] is open_uri(uri)[0] and open_uri(uri)[1] == f"{tmp_path}/runs"

@@ -125,7 +125,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     write_launch_config(cfg, run_dir / LAUNCH_FILE)
     place.push()  # on a URI at once: a --resume from anywhere finds the run even if this process dies
     if resume:
-        set_aside_torn_snapshot(run_dir)
+        set_aside_torn_snapshot(place)
     job = launch_job(cfg, place, resume, the_plan)
     started = time.perf_counter()
     if address is None:  # an embedded Ray: the job runs on a group of its own
@@ -170,17 +170,18 @@ def import_meanwhile(module: str) -> None:
     threading.Thread(target=importlib.import_module, args=(module,), name=f"import {module}", daemon=True).start()
 
 
-def set_aside_torn_snapshot(run_dir: Path) -> None:
+def set_aside_torn_snapshot(place: RunPlace) -> None:
     """Ray Train's own record of a run's checkpoints, cut short (a full disk, a kill while it was written),
-    stops its controller from starting; the run's checkpoints are found without it (each by its manifest)."""
-    snapshot = run_dir / RAY_SNAPSHOT
+    stops its controller from starting; the run's checkpoints are found without it (each by its manifest).
+    On a URI it is the copy there that Ray Train reads."""
     try:
-        json.loads(snapshot.read_text())
+        json.loads(place.read(RAY_SNAPSHOT))
     except FileNotFoundError:
         return
     except ValueError:
-        log.warning("%s is cut short: set aside; the checkpoints are read from the run folder", snapshot)
-        snapshot.replace(snapshot.with_suffix(".torn"))
+        log.warning("%s in %s is cut short: set aside; the checkpoints are read from the run folder",
+                    RAY_SNAPSHOT, place.where)
+        place.move(RAY_SNAPSHOT, f"{Path(RAY_SNAPSHOT).stem}.torn")
 
 
 def keep_rows(run_dir: Path, rows: list[dict[str, float]]) -> None:
