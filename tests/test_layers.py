@@ -58,8 +58,9 @@ def test_a_launch_driver_checks_and_submits_without_torch():
 def test_a_group_of_its_own_is_built_and_its_controller_started_without_torch(tmp_path):
     # Neither the driver nor Ray Train's controller runs a tensor op: torch imported in each (through Ray's
     # TorchConfig, or the worker's module) cost ~1.2 s of CPU apiece on the way to the first step. The driver
-    # builds the trainer and pickles what the controller gets (its callbacks, the backend among them, and the
-    # train function); a fresh process, as the controller is, unpickles them; torch is unimportable in both.
+    # builds the trainer and pickles the controller's callbacks (the backend among them) and the train function
+    # (which goes through the object store to the workers); a fresh process, as the controller is, unpickles
+    # them; torch is unimportable in both.
     blob = tmp_path / "controller.pkl"
     build = ("import sys; sys.modules['torch'] = None\n"
              "from pathlib import Path\n"
@@ -85,4 +86,4 @@ def test_a_group_of_its_own_is_built_and_its_controller_started_without_torch(tm
     for code in (build, load):
         proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["orchestrator.raytrain.backend", "TorchBackend", "True"]
+    assert proc.stdout.split() == ["orchestrator.raytrain.backend", "LeanTorchBackend", "True"]

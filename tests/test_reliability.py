@@ -20,7 +20,7 @@ from groundwork.address import free_port
 from groundwork.errors import NonFiniteLoss
 from orchestrator.raytrain.sink import MetricsSink
 from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
-from trainables.checkpoint import load_latest, save_state, verify
+from trainables.checkpoint import load_latest, move_checkpoint, save_state, verify
 from trainables.config import TrainConfig
 from trainables.data import build_datasets
 from trainables.health import stragglers
@@ -133,6 +133,21 @@ def test_a_save_killed_midway_leaves_only_complete_checkpoints(tmp_path):
     assert all(verify(p) is None for p in done)  # whatever the kill hit is not under a checkpoint name
     folder, state = load_latest(reversed(done))
     assert folder == done[-1] and state["position"]["step"] == len(done) - 1
+
+
+def test_a_reported_checkpoint_is_moved_whole_or_left_where_it_was(tmp_path):
+    # A warm group's checkpoint goes to its client every epoch: renamed on one file system (no copy).
+    src = tmp_path / "ckpt-1"
+    save_state({"position": {"step": 1}, "w": torch.ones(10)}, src)
+    dest = move_checkpoint(src, tmp_path / "staging" / "checkpoint_1")  # its folder made as needed
+    assert not src.exists() and verify(dest) is None and sorted(p.name for p in dest.parent.iterdir()) == [dest.name]
+    again = tmp_path / "ckpt-2"
+    save_state({"position": {"step": 2}, "w": torch.ones(10)}, again)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("in the way")  # a folder that cannot be replaced
+    with pytest.raises(OSError):
+        move_checkpoint(again, tmp_path / "taken")
+    assert verify(again) is None and not list(tmp_path.glob(".partial-*"))  # the writer's folder, as it was
 
 
 def test_a_corrupt_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):

@@ -62,8 +62,10 @@ def _finished_trials(sweep_dir: Path) -> set[str]:
 
 
 def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+    # Small batches (a trial ~3 s on warm groups): the kill lands while a trial runs, not after the sweep's end.
     cfg = {**yaml.safe_load(ASHA.read_text()), "name": "killed", "num_samples": 3, "scheduler": {"type": "fifo"},
-           "base": {"workers": 2, "train": {"model": "digits-cnn", "epochs": 2}}}
+           "base": {"workers": 2, "train": {"model": "digits-cnn", "epochs": 2, "batch_size": 8}}}
+    cfg["space"] = {"lr": cfg["space"]["lr"]}  # the batch size stays small
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     sweep_dir = tmp_path / "sweeps" / "killed"
     driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--config", "s.yaml", "--quiet"],
@@ -71,7 +73,7 @@ def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
                               start_new_session=True)
     deadline = time.monotonic() + 400
     while not _finished_trials(sweep_dir) and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(1)
+        time.sleep(0.2)
     finished = _finished_trials(sweep_dir)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started, mid-sweep
     driver.wait()

@@ -9,6 +9,7 @@ skipped with a warning and the next older one is used.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -172,11 +173,21 @@ def move_checkpoint(src: str | Path, dest: str | Path) -> Path:
     `dest` appears complete or not at all: renamed where both are on one file system (no copy of the state:
     a sweep's trial reports one every epoch), else copied."""
     dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(f".partial-{dest.name}")
     shutil.rmtree(partial, ignore_errors=True)
+    moved = True
     try:
         os.rename(src, partial)
-    except OSError:  # another file system (EXDEV)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:  # not "another file system": a real error
+            raise
         shutil.copytree(src, partial)
-    os.replace(partial, dest)
+        moved = False
+    try:
+        os.replace(partial, dest)
+    except OSError:
+        if moved:  # the writer's folder back where it was
+            os.rename(partial, src)
+        raise
     return dest

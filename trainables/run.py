@@ -34,8 +34,9 @@ from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
 
 log = logging.getLogger(__name__)
-# Validation batches hold no activations for a backward pass: twice the training batch fits where that one
-# does (Accelerate's examples use the same ratio), and halves validation's batches (its per-batch overhead).
+# Validation keeps no activations for a backward pass: twice the training batch (Accelerate's examples use the
+# same ratio) halves its per-batch overhead. Not for token data, where the whole batch's logits (tokens x
+# vocabulary, in fp32 for the loss) can be the peak that activation checkpointing does not cut.
 EVAL_BATCH_FACTOR = 2
 
 
@@ -57,7 +58,7 @@ def build_loaders(cfg: TrainConfig, ctx: DistContext,
     }
     train = DataLoader(train_ds, sampler=sampler, drop_last=True, **common)
     val = DataLoader(val_ds, sampler=ShardSampler(len(val_ds), ctx.rank, ctx.world_size),
-                     **{**common, "batch_size": cfg.batch_size * EVAL_BATCH_FACTOR})
+                     **{**common, "batch_size": cfg.batch_size * (1 if meta.kind == "tokens" else EVAL_BATCH_FACTOR)})
     if len(train) < cfg.grad_accum:
         raise ConfigError(f"{len(train_ds)} training samples over {ctx.world_size} worker(s) at batch_size"
                          f" {cfg.batch_size} give {len(train)} batches, fewer than grad_accum {cfg.grad_accum}")

@@ -5,13 +5,11 @@ to be good."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +31,6 @@ from trainables.config import TrainConfig
 from trainables.peaks import peak_tflops_of
 
 log = logging.getLogger(__name__)
-# Ray Train, for a group of its own: ~0.5 s of import, deferred until a launch needs it
-OWN_GROUP = "orchestrator.launcher.own_group"
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
 STATE_FILE = "state.json"  # in every run folder that ended: how
 
@@ -128,15 +124,13 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         set_aside_torn_snapshot(place)
     job = launch_job(cfg, place, resume, the_plan)
     started = time.perf_counter()
-    if address is None:  # an embedded Ray: the job runs on a group of its own
-        import_meanwhile(OWN_GROUP)
     try:
         with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
             else:
-                from orchestrator.launcher.own_group import fit_own_group  # deferred: Ray Train (see OWN_GROUP)
+                from orchestrator.launcher.own_group import fit_own_group  # deferred: Ray Train, ~0.5 s of import
 
                 new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
     except RunFailed as exc:
@@ -161,13 +155,6 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), summary, checkpoint, rows,
                      time.perf_counter() - started, workers, place.where)
-
-
-def import_meanwhile(module: str) -> None:
-    """Import `module` in a thread, while this one waits for the embedded Ray's processes to start (ray.init
-    mostly waits): an import of it elsewhere then finds it imported, or waits for this one (Python's import
-    lock), and never imports it twice."""
-    threading.Thread(target=importlib.import_module, args=(module,), name=f"import {module}", daemon=True).start()
 
 
 def set_aside_torn_snapshot(place: RunPlace) -> None:

@@ -27,7 +27,7 @@ SHUTDOWN_TIMEOUT_ENV, SHUTDOWN_TIMEOUT_S = "TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT
 
 
 @dataclass
-class TorchConfig(BackendConfig):
+class LeanTorchConfig(BackendConfig):
     """What Ray's TorchConfig holds: the process group's backend (None: nccl with GPUs, else gloo) and the
     timeout of its collectives; workers meet at rank 0's address ("env://")."""
 
@@ -36,7 +36,7 @@ class TorchConfig(BackendConfig):
 
     @property
     def backend_cls(self) -> type[Backend]:
-        return TorchBackend
+        return LeanTorchBackend
 
     @property
     def train_func_context(self) -> Any:
@@ -79,10 +79,10 @@ def end_process_group(destroy_process_group: bool) -> None:
     _shutdown_torch(destroy_process_group=destroy_process_group)
 
 
-class TorchBackend(Backend):
+class LeanTorchBackend(Backend):
     share_cuda_visible_devices = True  # as Ray's: a node's ranks see each other's GPUs (NCCL's P2P needs it)
 
-    def on_start(self, worker_group: Any, backend_config: TorchConfig) -> None:
+    def on_start(self, worker_group: Any, backend_config: LeanTorchConfig) -> None:
         backend = backend_config.backend
         if backend is None:
             backend = "nccl" if worker_group.get_resources_per_worker().get("GPU", 0) > 0 else "gloo"
@@ -93,7 +93,7 @@ class TorchBackend(Backend):
             rank, start_process_group, backend=backend, world_rank=rank, world_size=len(worker_group),
             init_method="env://", timeout_s=backend_config.timeout_s) for rank in range(len(worker_group))])
 
-    def on_shutdown(self, worker_group: Any, backend_config: TorchConfig) -> None:
+    def on_shutdown(self, worker_group: Any, backend_config: LeanTorchConfig) -> None:
         ends = worker_group.execute_async(end_process_group, destroy_process_group=len(worker_group) > 1)
         timeout = float(os.environ.get(SHUTDOWN_TIMEOUT_ENV, SHUTDOWN_TIMEOUT_S))
         try:

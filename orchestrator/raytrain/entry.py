@@ -1,6 +1,6 @@
 """The function Ray Train runs on every rank of a worker group of its own. It lives here, where nothing
-imports torch: the driver and Train's controller, which pickle and unpickle it by name, never run it, and the
-worker's module (torch, the loop: ~1.5 s of import) is imported on the workers alone."""
+imports torch: the driver, which pickles it by name, never runs it, and the worker's module (torch, the loop:
+~1.5 s of import) is imported on the workers alone."""
 
 from __future__ import annotations
 

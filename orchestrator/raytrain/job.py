@@ -74,7 +74,6 @@ class WorkerArgs:
     on_start: Callable[[], None] | None = None  # called by rank 0 first (a sweep registers the placement group)
 
 
-
 def takes_config(fn: Callable[..., Any]) -> bool | None:
     """Whether a train function takes its config dict (True) or nothing (False), as TorchTrainer allows;
     None when it can be called neither way."""

@@ -23,16 +23,18 @@ HEALTH_CHECK_ENV, HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2"
 # What Ray Train sets for its controller (Ray 2.60's default), set here before an embedded Ray starts, so
 # that every process of it has it already (see embedded_env).
 WARN_BLOCKING_ENV, WARN_BLOCKING = "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0"
-# The environment the embedded Ray's processes inherit from this driver; None while it runs on a Ray it
-# joined (or none).
-_embedded_env: dict[str, str] | None = None
+# The node start_local started and the environment its processes inherit from this driver.
+_embedded: tuple[object, dict[str, str]] | None = None
 
 
 def embedded_env() -> dict[str, str] | None:
-    """The environment every process of the Ray this driver started was started with, else None. Variables
-    that hold there need no runtime env, and an actor without one can take a worker process Ray prestarted
-    (one per CPU, started as the driver connects) rather than wait for a new one to start and import Ray."""
-    return _embedded_env
+    """The environment every process of the Ray this driver started was started with; None on a Ray it
+    joined, or none. Variables that hold there need no runtime env, and an actor without one can take a
+    worker process Ray prestarted (one per CPU, started as the driver connects) rather than wait for a new
+    one to start and import Ray."""
+    if _embedded is None or _embedded[0] is not ray._private.worker._global_node:  # Ray 2.60: this driver's node
+        return None
+    return _embedded[1]
 
 
 from orchestrator.raytrain.auth import present_token  # noqa: E402 (sits with its call, before ray)
@@ -89,8 +91,8 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
         logging_level=logging.INFO if verbose else logging.WARNING,  # ray.init sets its logger's level itself
     )
     log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
-    global _embedded_env
-    _embedded_env = env
+    global _embedded
+    _embedded = (ray._private.worker._global_node, env)
 
 
 def join(address: str, verbose: bool = True) -> None:
@@ -120,11 +122,11 @@ def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
         try:
             yield
         finally:
-            global _embedded_env
-            if _embedded_env is not None:
-                end_autoscaler_monitor()
-            _embedded_env = None
-            ray.shutdown()
+            try:
+                if embedded_env() is not None:
+                    end_autoscaler_monitor()
+            finally:
+                ray.shutdown()
 
 
 def end_autoscaler_monitor() -> None:

@@ -9,6 +9,7 @@ where a file in a node-local run folder would not. Hang decisions use this actor
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ import ray
 
 from orchestrator.raytrain.stacks import dump_stacks
 from orchestrator.raytrain.watchdog import Beat, Beats, find_hang
+
+log = logging.getLogger(__name__)
 
 
 def kill_worker(worker: bytes) -> None:
@@ -78,8 +81,11 @@ class MetricsSink:
         if not found:
             return None
         hang = Hang(found, int(found.split()[1]), self.dump(dict(self.beats.beats)))  # "rank N (pid ..."
-        for worker in self.workers.values():
-            self.kill(worker)
+        for rank, worker in self.workers.items():
+            try:
+                self.kill(worker)
+            except Exception as exc:  # the others still go; the group fails with them
+                log.warning("rank %d could not be killed: %s", rank, exc)
         self.beats.clear()
         self.workers.clear()
         return hang

@@ -27,7 +27,7 @@ from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 from cluster.plan import Plan
 from groundwork.errors import ConfigError, JobError, ScriptExited
 from groundwork.remote import split
-from orchestrator.raytrain.backend import TorchConfig
+from orchestrator.raytrain.backend import LeanTorchConfig
 from orchestrator.raytrain.preemption import ListenForSigterm, SigtermIsPreemption
 from orchestrator.raytrain.session import (
     HEALTH_CHECK_ENV,
@@ -164,7 +164,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
     return LeanTrainer(
         functools.partial(worker, args),  # no config dict: the worker gets its typed argument as is
         datasets=ray_datasets(datasets or {}),
-        backend_config=TorchConfig(backend=backend or the_plan.backend),
+        backend_config=LeanTorchConfig(backend=backend or the_plan.backend),
         scaling_config=ray.train.ScalingConfig(
             num_workers=(min_workers, the_plan.workers) if min_workers else the_plan.workers,
             use_gpu=the_plan.use_gpu,

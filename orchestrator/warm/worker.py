@@ -84,7 +84,7 @@ class GroupReporter:
     def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
         ask, path = None, None
         if self.ctx.is_main:
-            # Moved where the client can read it (the loop deletes `folder` when this returns).
+            # Moved where the client can read it: the loop's `folder` is gone (its delete finds nothing).
             path = str(move_checkpoint(folder, self.staging / Path(folder).name)) if folder else None
             index = ray.get(self.desk.report.remote(self.seq, metrics, path))
             ask = lambda: ray.get(self.desk.verdict.remote(self.seq, index, POLL_S))  # noqa: E731

@@ -15,10 +15,17 @@ from trainables.data.split import split_indices
 
 
 @functools.cache  # read once per process: a warm group's workers build it for every trial (~20 ms each)
-def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+def _digits_table() -> np.ndarray:
     table = np.loadtxt(digits_csv(), delimiter=",", dtype=np.float32)  # 64 pixels (0..16), then the label
-    images = torch.from_numpy(table[:, :64]).reshape(-1, 1, 8, 8) / 16.0  # (N, 1, 8, 8) in [0, 1]
-    return images, torch.from_numpy(table[:, 64]).long()
+    table.flags.writeable = False
+    return table
+
+
+def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    """New tensors each call (a caller may change them in place), from the table read once."""
+    table = _digits_table()
+    images = torch.tensor(table[:, :64]).reshape(-1, 1, 8, 8) / 16.0  # (N, 1, 8, 8) in [0, 1]
+    return images, torch.tensor(table[:, 64]).long()
 
 
 def digits(cfg: TrainConfig) -> tuple[Dataset, Dataset, DataMeta]:
