@@ -57,8 +57,9 @@ def build_loaders(cfg: TrainConfig, ctx: DistContext,
         "persistent_workers": cfg.loader_workers > 0,
     }
     train = DataLoader(train_ds, sampler=sampler, drop_last=True, **common)
+    eval_batch = cfg.batch_size * (1 if meta.kind == "tokens" else EVAL_BATCH_FACTOR)
     val = DataLoader(val_ds, sampler=ShardSampler(len(val_ds), ctx.rank, ctx.world_size),
-                     **{**common, "batch_size": cfg.batch_size * (1 if meta.kind == "tokens" else EVAL_BATCH_FACTOR)})
+                     **{**common, "batch_size": eval_batch})
     if len(train) < cfg.grad_accum:
         raise ConfigError(f"{len(train_ds)} training samples over {ctx.world_size} worker(s) at batch_size"
                          f" {cfg.batch_size} give {len(train)} batches, fewer than grad_accum {cfg.grad_accum}")

@@ -123,8 +123,7 @@ def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
             yield
         finally:
             try:
-                if embedded_env() is not None:
-                    end_autoscaler_monitor()
+                end_autoscaler_monitor()
             finally:
                 ray.shutdown()
 
@@ -133,9 +132,8 @@ def end_autoscaler_monitor() -> None:
     """Ray's autoscaler monitor answers SIGTERM by telling the GCS, which ray.shutdown has stopped by then:
     Ray waits a second and kills it, a second added to the end of every launch and sweep on an embedded Ray.
     A Ray with no autoscaler has nothing for it to say: it is killed first."""
-    node = ray._private.worker._global_node  # Ray 2.60: the node this process started
-    if node is not None:
-        node.kill_monitor(check_alive=False)
+    if embedded_env() is not None:  # a Ray this driver started (Ray 2.60: its node)
+        ray._private.worker._global_node.kill_monitor(check_alive=False)
 
 
 @contextlib.contextmanager
