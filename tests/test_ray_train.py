@@ -237,16 +237,22 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
     assert controller_env_in_place()
 
 
-def test_a_launch_on_an_embedded_ray_starts_no_autoscaling_coordinator(tmp_path):
+def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     # Ray Train's fixed-size policy starts Ray Data's AutoscalingCoordinator (an actor, a new Python
     # importing Ray Data) and waits for it, to ask an autoscaler for resources; a Ray the launch started has
-    # neither an autoscaler nor a node to add. Read from that Ray's own session logs (each actor's first line).
+    # neither an autoscaler nor a node to add. Ray's head would also start its autoscaler monitor, its API
+    # server (the dashboard head, which ray.init waits for) and, for output nobody asked for, its log
+    # monitor. Read from that Ray's own session logs (each process's log file, each actor's first line).
     started = time.time()
     proc = run_cli("launch", "--workers", "1", "--max-steps", "2", "--batch-size", "16", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     session = Path("/tmp/ray/session_latest").resolve()
     assert session.stat().st_mtime >= started - 1  # the launch's own Ray, not an older one
-    actors = [line.split(":actor_name:")[1].strip() for out in (session / "logs").glob("worker-*.out")
+    logs = session / "logs"
+    actors = [line.split(":actor_name:")[1].strip() for out in logs.glob("worker-*.out")
               for line in out.read_text().splitlines()[:3] if ":actor_name:" in line]
     assert "TrainController" in actors and "MetricsSink" in actors
     assert not [name for name in actors if "Autoscaling" in name], actors
+    started_processes = {path.name.split(".")[0] for path in logs.iterdir()}
+    assert {"gcs_server", "raylet"} <= started_processes
+    assert not {"monitor", "dashboard", "log_monitor"} & started_processes, sorted(started_processes)

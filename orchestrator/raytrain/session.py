@@ -41,6 +41,7 @@ from orchestrator.raytrain.auth import present_token  # noqa: E402 (sits with it
 
 present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
+from ray._private import node as ray_node  # noqa: E402  (Ray 2.60's head start: see head_without)
 from ray._private import ray_constants  # noqa: E402
 from ray._private.authentication import authentication_token_setup as ray_auth  # noqa: E402  (Ray 2.60)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
@@ -80,19 +81,50 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     token_on()
     env = dict(os.environ)  # what Ray's processes start with: ray.init hands them this environment
     started = time.perf_counter()
-    ray.init(
-        num_cpus=head.cpus,
-        num_gpus=head.gpus.count,
-        resources={group_resource(head.name): 1000.0},
-        include_dashboard=dashboard,
-        dashboard_host="127.0.0.1",
-        _node_ip_address="127.0.0.1",
-        log_to_driver=verbose,
-        logging_level=logging.INFO if verbose else logging.WARNING,  # ray.init sets its logger's level itself
-    )
+    with head_without(unused_head_processes(dashboard, verbose)):
+        ray.init(
+            num_cpus=head.cpus,
+            num_gpus=head.gpus.count,
+            resources={group_resource(head.name): 1000.0},
+            include_dashboard=dashboard,
+            dashboard_host="127.0.0.1",
+            _node_ip_address="127.0.0.1",
+            log_to_driver=verbose,
+            logging_level=logging.INFO if verbose else logging.WARNING,  # ray.init sets its logger's level itself
+        )
     log.info("embedded Ray started in %.1f s", time.perf_counter() - started)
     global _embedded
     _embedded = (ray._private.worker._global_node, env)
+
+
+def unused_head_processes(dashboard: bool, verbose: bool) -> tuple[str, ...]:
+    """The processes a Ray head starts (Ray 2.60's Node methods) that a Ray of one launch's own has no use for:
+    - the autoscaler monitor: a local Ray has nothing to scale (and Ray waits a second for the monitor to exit
+      at ray.shutdown, as it answers SIGTERM by calling the GCS that is gone by then);
+    - the API server without --dashboard: the dashboard head, which ray.init waits for (it polls for its URL)
+      and which then serves usage stats (off) and the Jobs and State APIs (used on `cluster up` and `up`
+      clusters, which start their own);
+    - the log monitor when quiet: it forwards the workers' output to the driver, which asked for none."""
+    unused = ["start_monitor"]
+    if not dashboard:
+        unused.append("start_api_server")
+    if not verbose:
+        unused.append("start_log_monitor")
+    return tuple(unused)
+
+
+@contextlib.contextmanager
+def head_without(methods: tuple[str, ...]) -> Iterator[None]:
+    """ray.init with these of Node's start_* methods doing nothing (ray.init has no switch for them)."""
+    node_class = ray_node.Node
+    saved = {name: getattr(node_class, name) for name in methods}
+    for name in methods:
+        setattr(node_class, name, lambda self, *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(node_class, name, method)
 
 
 def join(address: str, verbose: bool = True) -> None:
@@ -122,18 +154,7 @@ def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
         try:
             yield
         finally:
-            try:
-                end_autoscaler_monitor()
-            finally:
-                ray.shutdown()
-
-
-def end_autoscaler_monitor() -> None:
-    """Ray's autoscaler monitor answers SIGTERM by telling the GCS, which ray.shutdown has stopped by then:
-    Ray waits a second and kills it, a second added to the end of every launch and sweep on an embedded Ray.
-    A Ray with no autoscaler has nothing for it to say: it is killed first."""
-    if embedded_env() is not None:  # a Ray this driver started (Ray 2.60: its node)
-        ray._private.worker._global_node.kill_monitor(check_alive=False)
+            ray.shutdown()
 
 
 @contextlib.contextmanager
