@@ -41,8 +41,9 @@ from orchestrator.raytrain.auth import present_token  # noqa: E402 (sits with it
 
 present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
-from ray._private import node as ray_node  # noqa: E402  (Ray 2.60's head start: see head_without)
+from ray._private import node as ray_node  # noqa: E402  (Ray 2.60's head start: see skipped_head_parts)
 from ray._private import ray_constants  # noqa: E402
+from ray._private import utils as ray_utils  # noqa: E402  (Ray 2.60's dashboard check: see skipped_head_parts)
 from ray._private.authentication import authentication_token_setup as ray_auth  # noqa: E402  (Ray 2.60)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
@@ -81,7 +82,7 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     token_on()
     env = dict(os.environ)  # what Ray's processes start with: ray.init hands them this environment
     started = time.perf_counter()
-    with head_without(unused_head_processes(dashboard, verbose)):
+    with replaced(skipped_head_parts(dashboard, verbose)):
         ray.init(
             num_cpus=head.cpus,
             num_gpus=head.gpus.count,
@@ -97,34 +98,41 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     _embedded = (ray._private.worker._global_node, env)
 
 
-def unused_head_processes(dashboard: bool, verbose: bool) -> tuple[str, ...]:
-    """The processes a Ray head starts (Ray 2.60's Node methods) that a Ray of one launch's own has no use for:
+def skipped_head_parts(dashboard: bool, verbose: bool) -> list[tuple[object, str, object]]:
+    """What a Ray head starts that a Ray of one launch's own has no use for, as (owner, attribute, stand-in)
+    for ray.init, which has no switch for them (Ray 2.60's Node methods and its dashboard check):
     - the autoscaler monitor: a local Ray has nothing to scale (and Ray waits a second for the monitor to exit
       at ray.shutdown, as it answers SIGTERM by calling the GCS that is gone by then);
-    - the API server without --dashboard: the dashboard head, which ray.init waits for (it polls for its URL)
+    - without --dashboard, the API server: the dashboard head, which ray.init waits for (it polls for its URL)
       and which then serves usage stats (off) and the Jobs and State APIs (used on `cluster up` and `up`
-      clusters, which start their own);
-    - the log monitor when quiet: it forwards the workers' output to the driver, which asked for none."""
-    unused = ["start_monitor"]
+      clusters, which start their own); and the check for the dashboard's packages, which imports aiohttp
+      and OpenTelemetry in this driver (0.46 s) to choose the dashboard agent's full mode (its HTTP server)
+      over the minimal one;
+    - when quiet, the log monitor: it forwards the workers' output to the driver, which asked for none."""
+    def nothing(self, *args, **kwargs) -> None:
+        return None
+
+    parts: list[tuple[object, str, object]] = [(ray_node.Node, "start_monitor", nothing)]
     if not dashboard:
-        unused.append("start_api_server")
+        no_dashboard = ImportError("no dashboard on a Ray of one launch's own (see orchestrator launch --dashboard)")
+        parts += [(ray_node.Node, "start_api_server", nothing),
+                  (ray_utils, "get_dashboard_dependency_error", lambda: no_dashboard)]
     if not verbose:
-        unused.append("start_log_monitor")
-    return tuple(unused)
+        parts.append((ray_node.Node, "start_log_monitor", nothing))
+    return parts
 
 
 @contextlib.contextmanager
-def head_without(methods: tuple[str, ...]) -> Iterator[None]:
-    """ray.init with these of Node's start_* methods doing nothing (ray.init has no switch for them)."""
-    node_class = ray_node.Node
-    saved = {name: getattr(node_class, name) for name in methods}
-    for name in methods:
-        setattr(node_class, name, lambda self, *args, **kwargs: None)
+def replaced(parts: list[tuple[object, str, object]]) -> Iterator[None]:
+    """Each owner's attribute replaced by its stand-in for the length of the block."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
+    for owner, name, stand_in in parts:
+        setattr(owner, name, stand_in)
     try:
         yield
     finally:
-        for name, method in saved.items():
-            setattr(node_class, name, method)
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 def join(address: str, verbose: bool = True) -> None:
