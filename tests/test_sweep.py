@@ -83,6 +83,7 @@ def test_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 
     proc = run_cli("sweep", "--resume", "killed", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RayTrainWorker" not in proc.stdout + proc.stderr  # quiet: the workers' lines stay in their logs
     trials = pd.read_parquet(sweep_dir / "trials.parquet")
     assert trials["trial"].nunique() == 3
     assert (trials.groupby("trial")["training_iteration"].max() == 2).all()

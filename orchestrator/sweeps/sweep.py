@@ -54,7 +54,8 @@ def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = N
     if not resume:
         folder.mkdir(parents=True)
         (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    with ThreadPoolExecutor(max_workers=1) as writer, ray_session(spec, address):
+    # quiet: no live table, and the workers' output stays in their log files, as for `launch --quiet`
+    with ThreadPoolExecutor(max_workers=1) as writer, ray_session(spec, address, verbose=not quiet):
         result = run_sweep(cfg, the_plan, folder, resume=resume is not None, quiet=quiet)
         # written (~0.6 s: the plot) while Ray shuts down, which mostly waits for its processes to end
         written = writer.submit(write_results, cfg, result.results, result.best_config, folder)
