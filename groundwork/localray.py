@@ -37,17 +37,21 @@ def pids_naming(text: str) -> list[int]:
     return pids
 
 
-def kill_tree(marker: str, grace_s: float = 10.0) -> int:
-    """SIGTERM, then SIGKILL after `grace_s`, every process naming `marker`; how many outlived both."""
-    pids = pids_naming(marker)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
-        while (pids := [p for p in pids if Path(f"/proc/{p}").exists()]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    return len(pids)
+def kill_tree(marker: str, grace_s: float = 10.0, rounds: int = 3) -> int:
+    """SIGTERM, then SIGKILL after `grace_s`, every process naming `marker`, and again for any that started
+    meanwhile (a raylet can start a worker between the listing and its own end); how many outlived it all."""
+    for _ in range(rounds):
+        pids = pids_naming(marker)
+        if not pids:
+            return 0
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace_s
+            while (pids := [p for p in pids if Path(f"/proc/{p}").exists()]) and time.monotonic() < deadline:
+                time.sleep(0.2)
+    return len(pids_naming(marker))
 
 
 def live_address(state_file: Path) -> str | None:

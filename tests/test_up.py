@@ -55,6 +55,9 @@ def test_launches_find_up_and_its_idle_timeout_ends_it(nothing_up, tmp_path):
 
     waited = wait_gone(port, IDLE_S + 60)
     assert not UP_STATE.exists(), f"still up {waited:.0f} s after the last launch"
+    deadline = time.monotonic() + 10  # the watcher removes the state file last, then exits
+    while pids_naming(temp_dir(port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert pids_naming(temp_dir(port)) == []  # raylet, GCS, the pool's workers and the watcher itself
 
 
