@@ -1,8 +1,9 @@
 """A ~1.3B GPT (GPT-3 XL's shape: 24 layers, width 2048, 1024 tokens, batch 8) on one GPU: nanoGPT's own
 model.py in its own bare loop (bf16 autocast, torch.compile, its fused AdamW) side by side with
-`orchestrator launch --model gpt-1.3b` (the same shape, bf16, --compile, AdamW), then the launch again with
---precision fp8 (torchao float8). Tokens/s, MFU and energy per 1k tokens (NVML's total-energy counter);
-nanoGPT's model.py comes from github.com/karpathy/nanoGPT (pass its path).
+`orchestrator launch --model gpt-1.3b` (the same shape, bf16, --compile, AdamW), then both again in float8
+(torchao's tensorwise float8 training of the linear layers; nanoGPT's converted as torchao's docs show, once
+with its tied output head and once without it, as ours keeps it in bf16). Tokens/s, MFU and energy per 1k
+tokens (NVML's total-energy counter); nanoGPT's model.py comes from github.com/karpathy/nanoGPT (pass its path).
 
     python3 bench/nanogpt_gpu.py --nanogpt .ext/nanogpt/model.py --out bench/results/nanogpt_gpu_h200.json
 """
@@ -26,8 +27,26 @@ OURS = ["--model", "gpt-1.3b", "--dataset", "fake-tokens", "--seq-len", str(SEQ)
         "--max-steps", str(WARMUP + TIMED + 10), "--log-every", "10", "--no-checkpoints", *ONE_GPU]
 
 
-def nanogpt_bare(model_py: Path) -> dict:
-    """nanoGPT's model and optimizer in the loop of its bench.py: random tokens already on the GPU."""
+NANOGPT_SIDES = {"nanogpt_bf16": None, "nanogpt_fp8": "all", "nanogpt_fp8_no_head": "no-head"}
+OURS_SIDES = {"orchestrator_bf16": "bf16", "orchestrator_fp8": "fp8"}
+
+
+def float8(model, linears: str) -> None:
+    """torchao's float8 training on nanoGPT's linear layers (shapes that are multiples of 16), before compile."""
+    from torch import nn
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    def eligible(module: nn.Module, name: str) -> bool:
+        fits = isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+        return fits and not (linears == "no-head" and name == "lm_head")
+
+    convert_to_float8_training(model, module_filter_fn=eligible,
+                               config=Float8LinearConfig.from_recipe_name("tensorwise"))
+
+
+def nanogpt_bare(model_py: Path, linears: str | None) -> dict:
+    """nanoGPT's model and optimizer in the loop of its bench.py: random tokens already on the GPU; LINEARS
+    ("all", "no-head") converts those linear layers to float8, None keeps bf16."""
     import importlib.util
 
     import pynvml
@@ -40,6 +59,8 @@ def nanogpt_bare(model_py: Path) -> dict:
     model = nano.GPT(nano.GPTConfig(block_size=SEQ, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=WIDTH,
                                     dropout=0.0, bias=True)).cuda()
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda")
+    if linears:
+        float8(model, linears)
     model = torch.compile(model)
     x = torch.randint(VOCAB, (BATCH, SEQ), device="cuda")
     y = torch.randint(VOCAB, (BATCH, SEQ), device="cuda")
@@ -76,30 +97,46 @@ def ours(precision: str, folder: Path) -> dict:
     return summary
 
 
+def bare(model_py: Path, side: str) -> dict:
+    """nanoGPT in a process of its own, so each side starts from an empty GPU."""
+    proc = subprocess.run([sys.executable, __file__, "--nanogpt", str(model_py), "--bare-only", side],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{side} failed: {(proc.stdout + proc.stderr)[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(side, json.dumps(result), flush=True)
+    return result
+
+
+def ratio(result: dict, top: str, bottom: str) -> float | None:
+    if top in result and bottom in result:
+        return round(result[top]["tokens_per_s"] / result[bottom]["tokens_per_s"], 3)
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="nanoGPT's model.py")
-    parser.add_argument("--bare-only", action="store_true", help="(internal) run nanoGPT here, print its JSON")
+    parser.add_argument("--bare-only", choices=NANOGPT_SIDES, help="(internal) run this nanoGPT side, print JSON")
+    parser.add_argument("--sides", default=",".join([*NANOGPT_SIDES, *OURS_SIDES]), help="which runs, in order")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.bare_only:
-        print(json.dumps(nanogpt_bare(args.nanogpt)))
+        print(json.dumps(nanogpt_bare(args.nanogpt, NANOGPT_SIDES[args.bare_only])))
         return
-    # nanoGPT in a process of its own, so each side starts from an empty GPU
-    bare = subprocess.run([sys.executable, __file__, "--nanogpt", str(args.nanogpt), "--bare-only"],
-                          capture_output=True, text=True, check=True)
-    nanogpt = json.loads(bare.stdout.strip().splitlines()[-1])
-    print("nanogpt", json.dumps(nanogpt), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        bf16 = ours("bf16", Path(tmp))
-        fp8 = ours("fp8", Path(tmp))
     result = {"what": f"GPT {LAYERS} layers x {WIDTH} ({HEADS} heads, 1.3B parameters with biases), {SEQ} tokens,"
                       f" batch {BATCH}, AdamW, torch.compile, one GPU: nanoGPT's model.py in its bench loop"
                       f" ({TIMED} steps after {WARMUP}) vs `orchestrator launch --model gpt-1.3b` (summary: the"
-                      " windows after the first), bf16 and fp8",
-              "nanogpt_bf16": nanogpt, "orchestrator_bf16": bf16, "orchestrator_fp8": fp8,
-              "orchestrator_over_nanogpt": round(bf16["tokens_per_s"] / nanogpt["tokens_per_s"], 3),
-              "fp8_over_bf16": round(fp8["tokens_per_s"] / bf16["tokens_per_s"], 3), **provenance()}
+                      " windows after the first), bf16 and float8 (tensorwise)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side in args.sides.split(","):
+            result[side] = bare(args.nanogpt, side) if side in NANOGPT_SIDES else ours(OURS_SIDES[side], Path(tmp))
+            write_result({**result, **provenance()}, args.out)  # a call cut short keeps the sides it finished
+    result |= {"orchestrator_over_nanogpt": ratio(result, "orchestrator_bf16", "nanogpt_bf16"),
+               "fp8_over_bf16": ratio(result, "orchestrator_fp8", "orchestrator_bf16"),
+               "nanogpt_fp8_over_bf16": ratio(result, "nanogpt_fp8", "nanogpt_bf16"),
+               "nanogpt_fp8_no_head_over_bf16": ratio(result, "nanogpt_fp8_no_head", "nanogpt_bf16"),
+               **provenance()}
     print(json.dumps(result, indent=1))
     write_result(result, args.out)
 
