@@ -242,7 +242,9 @@ def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     # importing Ray Data) and waits for it, to ask an autoscaler for resources; a Ray the launch started has
     # neither an autoscaler nor a node to add. Ray's head would also start its autoscaler monitor, its API
     # server (the dashboard head, which ray.init waits for) and, for output nobody asked for, its log
-    # monitor. Read from that Ray's own session logs (each process's log file, each actor's first line).
+    # monitor. Its workers need no runtime env (Ray would start each through a second Python, setup_worker.py,
+    # after a round trip to its runtime-env agent): every variable they need is in every process of that
+    # Ray already. Read from that Ray's own session logs (each process's log file, each actor's first line).
     started = time.time()
     proc = run_cli("launch", "--workers", "1", "--max-steps", "2", "--batch-size", "16", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -251,7 +253,8 @@ def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     logs = session / "logs"
     actors = [line.split(":actor_name:")[1].strip() for out in logs.glob("worker-*.out")
               for line in out.read_text().splitlines()[:3] if ":actor_name:" in line]
-    assert "TrainController" in actors and "MetricsSink" in actors
+    assert "EmbeddedController" in actors and "MetricsSink" in actors and "RayTrainWorker" in actors
+    assert not list(logs.glob("runtime_env_setup-*")), sorted(p.name for p in logs.iterdir())
     assert not [name for name in actors if "Autoscaling" in name], actors
     started_processes = {path.name.split(".")[0] for path in logs.iterdir()}
     assert {"gcs_server", "raylet"} <= started_processes

@@ -125,7 +125,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     job = launch_job(cfg, place, resume, the_plan)
     started = time.perf_counter()
     try:
-        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose):
+        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)

@@ -71,7 +71,11 @@ def token_on() -> None:
         ray_auth._enable_token_auth()  # RAY_AUTH_MODE=token and Ray's config re-read, as ray.init's default does
 
 
-def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True) -> None:
+def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True,
+                worker_env: dict[str, str] | None = None) -> None:
+    """Ray on this machine for this driver. Every process of it starts with `worker_env` (a launch's plan:
+    its NCCL/gloo variables) and with the driver's working directory first on PYTHONPATH, as `python -m`
+    has it on the driver's path: workers that need no more get no runtime env (see held_env_only)."""
     head = spec.head
     bind_to_loopback()
     # One node that no cloud can reclaim: Ray Train's preemption watcher (an actor, a process per launch,
@@ -80,9 +84,10 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)
     os.environ.setdefault(WARN_BLOCKING_ENV, WARN_BLOCKING)
     token_on()
-    env = dict(os.environ)  # what Ray's processes start with: ray.init hands them this environment
+    here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
-    with replaced(skipped_head_parts(dashboard, verbose)):
+    with environment({**(worker_env or {}), "PYTHONPATH": here}) as env, \
+            replaced(skipped_head_parts(dashboard, verbose)):
         ray.init(
             num_cpus=head.cpus,
             num_gpus=head.gpus.count,
@@ -123,6 +128,22 @@ def skipped_head_parts(dashboard: bool, verbose: bool) -> list[tuple[object, str
 
 
 @contextlib.contextmanager
+def environment(extra: dict[str, str]) -> Iterator[dict[str, str]]:
+    """This process's environment with `extra` set, for the length of the block (ray.init hands its
+    processes the environment it runs in); yields the whole of it."""
+    saved = {name: os.environ.get(name) for name in extra}
+    os.environ.update(extra)
+    try:
+        yield dict(os.environ)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def replaced(parts: list[tuple[object, str, object]]) -> Iterator[None]:
     """Each owner's attribute replaced by its stand-in for the length of the block."""
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
@@ -147,16 +168,17 @@ def join(address: str, verbose: bool = True) -> None:
 
 @contextlib.contextmanager
 def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
-                verbose: bool = True) -> Iterator[None]:
+                verbose: bool = True, worker_env: dict[str, str] | None = None) -> Iterator[None]:
     """Ray for the length of a launch. A Ray this process already holds is reused and left running. Not
     `verbose`: the workers' output stays in their log files (Ray forwards none of it) and Ray's own INFO lines
-    on this driver are not printed, so the terminal holds the run's bar, lines and errors."""
+    on this driver are not printed, so the terminal holds the run's bar, lines and errors. An embedded Ray
+    starts every process with `worker_env` (see start_local)."""
     with driver_logs(verbose):
         if ray.is_initialized():
             yield
             return
         if address is None:
-            start_local(spec, dashboard, verbose)
+            start_local(spec, dashboard, verbose, worker_env)
         else:
             join(address, verbose)
         try:

@@ -22,6 +22,7 @@ from ray.train.v2._internal.constants import get_env_vars_to_propagate
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+from ray.train.v2._internal.execution.worker_group import WorkerGroup
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from cluster.plan import Plan
@@ -68,8 +69,9 @@ class LeanTrainer(DataParallelTrainer):
     - Ray Data's DatasetManager actor, which Train's DatasetsCallback starts even for a trainer without Ray
       Datasets (ours never have any: the loop reads its own DataLoaders).
     On a Ray this driver started, without Ray Datasets, also without Ray Data's AutoscalingCoordinator (see
-    StaticScaling), and the controller has no runtime env where its variables hold in every process of that
-    Ray already: it then takes a worker process Ray prestarted.
+    StaticScaling), the controller has no runtime env where its variables hold in every process of that
+    Ray already (it then takes a worker process Ray prestarted), and the workers none for the variables that
+    hold there (EmbeddedController).
     With `sigterm_notice`, SIGTERM to a worker is a preemption notice (see orchestrator.raytrain.preemption)."""
 
     def __init__(self, *args: Any, sigterm_notice: bool = False, **kwargs: Any) -> None:
@@ -109,8 +111,8 @@ class LeanTrainer(DataParallelTrainer):
             return super()._initialize_and_run_controller(**controller_init_kwargs)
         # Ray's method, less the controller's runtime env
         controller = ray.remote(num_cpus=0, label_selector={
-            ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()})(TrainController).remote(
-            **controller_init_kwargs)
+            ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()})(EmbeddedController).remote(
+            held_env=embedded_env(), **controller_init_kwargs)
         if threading.current_thread() is threading.main_thread():
             self._register_sigint_handler(controller)
         ray.get(controller.run.remote())
@@ -126,6 +128,33 @@ class LeanTrainer(DataParallelTrainer):
                 signal.signal(signal.SIGINT, previous)
 
 
+class EmbeddedController(TrainController):
+    """Ray's controller on a Ray this driver started, whose workers get a runtime env only for what the
+    environment every process of that Ray started with (`held_env`) lacks. With a runtime env, Ray asks its
+    runtime-env agent for it and starts each worker through setup_worker.py (a Python that imports Ray, then
+    execs the worker's own: ~0.4 CPU-s a rank, on cores busy importing torch); without, a plain worker."""
+
+    def __init__(self, *, held_env: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.worker_group_cls = held_env_worker_group(held_env)  # Ray 2.60: the class the controller creates
+
+
+def held_env_worker_group(held_env: dict[str, str]) -> type[WorkerGroup]:
+    class HeldEnvWorkerGroup(WorkerGroup):
+        def _get_worker_runtime_env(self, custom_runtime_env: dict) -> dict:  # Ray 2.60's (a staticmethod)
+            return held_env_only(super()._get_worker_runtime_env(custom_runtime_env), held_env)
+
+    return HeldEnvWorkerGroup
+
+
+def held_env_only(runtime_env: dict, held_env: dict[str, str]) -> dict:
+    """`runtime_env` less the variables that hold in `held_env` (and its env_vars, where none is left)."""
+    env_vars = {name: value for name, value in runtime_env.get("env_vars", {}).items()
+                if held_env.get(name) != value}
+    rest = {key: value for key, value in runtime_env.items() if key != "env_vars"}
+    return {**rest, "env_vars": env_vars} if env_vars else rest
+
+
 def controller_env_in_place() -> bool:
     """Whether every variable Ray's fit() hands its controller in a runtime env holds in every process of
     the Ray this driver started already (see orchestrator.raytrain.session.embedded_env)."""
@@ -137,8 +166,11 @@ def controller_env_in_place() -> bool:
 def importable_from_here() -> dict[str, str]:
     """The driver's working directory on the workers' import path, as `python -m` puts it on the driver's: a
     user's own model, dataset or train function in this folder imports there too (Ray expands ${PYTHONPATH}
-    to the worker's own)."""
-    return {"PYTHONPATH": f"{os.getcwd()}{os.pathsep}${{PYTHONPATH}}"}
+    to the worker's own). Nothing where it is there already: a Ray this driver started has it first."""
+    here = os.getcwd()
+    if (embedded_env() or {}).get("PYTHONPATH", "").split(os.pathsep)[0] == here:
+        return {}
+    return {"PYTHONPATH": f"{here}{os.pathsep}${{PYTHONPATH}}"}
 
 
 def ray_datasets(paths: dict[str, str]) -> dict[str, Any]:
