@@ -5,11 +5,13 @@ to be good."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from trainables.config import TrainConfig
 from trainables.peaks import peak_tflops_of
 
 log = logging.getLogger(__name__)
+OWN_GROUP = "orchestrator.launcher.own_group"  # imported as the launch starts an embedded Ray
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
 STATE_FILE = "state.json"  # in every run folder that ended: how
 
@@ -124,13 +127,15 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         set_aside_torn_snapshot(place)
     job = launch_job(cfg, place, resume, the_plan)
     started = time.perf_counter()
+    if address is None:
+        import_while_ray_starts(OWN_GROUP)
     try:
         with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
             else:
-                from orchestrator.launcher.own_group import fit_own_group  # deferred: Ray Train, ~0.5 s of import
+                from orchestrator.launcher.own_group import fit_own_group  # deferred: see import_while_ray_starts
 
                 new_rows, checkpoint = fit_own_group(cfg, the_plan, job, run_dir)
     except RunFailed as exc:
@@ -155,6 +160,21 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), summary, checkpoint, rows,
                      time.perf_counter() - started, workers, place.where)
+
+
+def import_while_ray_starts(module: str) -> None:
+    """Import `module` on a thread while this one starts Ray: ray.init waits ~1 s for the raylet it started,
+    on cores that are mostly idle, and a launch on an embedded Ray runs on a group of its own, whose module
+    imports Ray Train (~0.8 s). The import statement that needs it waits for the thread's, as Python's
+    import locks make any second importer of a module wait; should the thread's fail, that statement
+    imports it itself."""
+    def quietly() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the import statement that needs it raises it again
+            log.debug("importing %s ahead failed: %s", module, exc)
+
+    threading.Thread(target=quietly, name=f"import {module}", daemon=True).start()
 
 
 def set_aside_torn_snapshot(place: RunPlace) -> None:

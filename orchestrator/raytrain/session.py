@@ -23,6 +23,12 @@ HEALTH_CHECK_ENV, HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2"
 # What Ray Train sets for its controller (Ray 2.60's default), set here before an embedded Ray starts, so
 # that every process of it has it already (see embedded_env).
 WARN_BLOCKING_ENV, WARN_BLOCKING = "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0"
+# How Ray's processes retry a connection to a local socket: Ray 2.60 sleeps 1 s between 10 attempts, and the
+# raylet's first attempt at its own object store can come before the store's thread listens (a second lost
+# in 1 of 3 to 8 starts here); 100 ms between 100 attempts keeps the 10 s.
+PROMPT_CONNECT = {"RAY_raylet_client_connect_timeout_milliseconds": "100",
+                  "RAY_raylet_client_num_connect_attempts": "100"}
+RAYLET_START_S = 30  # how long ray.init waits for the raylet it started to register (Ray 2.60's, in Node)
 # The node start_local started and the environment its processes inherit from this driver.
 _embedded: tuple[object, dict[str, str]] | None = None
 
@@ -43,8 +49,12 @@ present_token()
 import ray  # noqa: E402  (after present_token, on purpose)
 from ray._private import node as ray_node  # noqa: E402  (Ray 2.60's head start: see skipped_head_parts)
 from ray._private import ray_constants  # noqa: E402
+from ray._private import services as ray_services  # noqa: E402  (Ray 2.60's node lookup: see get_node_promptly)
 from ray._private import utils as ray_utils  # noqa: E402  (Ray 2.60's dashboard check: see skipped_head_parts)
 from ray._private.authentication import authentication_token_setup as ray_auth  # noqa: E402  (Ray 2.60)
+from ray._raylet import GcsClient, NodeID  # noqa: E402
+from ray.core.generated.gcs_pb2 import GcsNodeInfo  # noqa: E402
+from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from orchestrator.raytrain.auth import ensure_token, warn_if_open  # noqa: E402
@@ -86,8 +96,9 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     token_on()
     here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
-    with environment({**(worker_env or {}), "PYTHONPATH": here}) as env, \
-            replaced(skipped_head_parts(dashboard, verbose)):
+    prompt = [(ray_services, "get_node", get_node_promptly)]
+    with environment({**(worker_env or {}), **PROMPT_CONNECT, "PYTHONPATH": here}) as env, \
+            replaced([*skipped_head_parts(dashboard, verbose), *prompt]):
         ray.init(
             num_cpus=head.cpus,
             num_gpus=head.gpus.count,
@@ -125,6 +136,25 @@ def skipped_head_parts(dashboard: bool, verbose: bool) -> list[tuple[object, str
     if not verbose:
         parts.append((ray_node.Node, "start_log_monitor", nothing))
     return parts
+
+
+_ray_get_node = ray_services.get_node
+
+
+def get_node_promptly(gcs_address: str, node_id: str) -> dict:
+    """Ray 2.60's services.get_node (which ray.init calls right after it starts the raylet), once the GCS
+    lists that node alive. Ray's asks the GCS and, should the raylet not have registered yet (it waits for
+    its agents to start: ~1 s on 2 cores), sleeps a whole second before it asks again; this asks every
+    20 ms. Past RAYLET_START_S it leaves the waiting, and the error, to Ray's."""
+    gcs = GcsClient(address=gcs_address)
+    this_node = [GetAllNodeInfoRequest.NodeSelector(node_id=NodeID.from_hex(node_id).binary())]
+    deadline = time.monotonic() + RAYLET_START_S
+    while time.monotonic() < deadline:
+        if gcs.get_all_node_info(timeout=RAYLET_START_S, node_selectors=this_node,
+                                 state_filter=GcsNodeInfo.GcsNodeState.ALIVE):
+            break
+        time.sleep(0.02)
+    return _ray_get_node(gcs_address, node_id)
 
 
 @contextlib.contextmanager
