@@ -237,6 +237,16 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
     assert controller_env_in_place()
 
 
+def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
+    from orchestrator.raytrain.trainer import held_env_only  # deferred: as the module's others
+
+    held = {"OMP_NUM_THREADS": "1", "NCCL_IB_DISABLE": "1"}
+    wanted = {"env_vars": {"OMP_NUM_THREADS": "1", "NCCL_IB_DISABLE": "0", "RAY_X": "y"}, "_nsight": "default"}
+    assert held_env_only(wanted, held) == {"env_vars": {"NCCL_IB_DISABLE": "0", "RAY_X": "y"},
+                                           "_nsight": "default"}  # a value that differs is still set
+    assert held_env_only({"env_vars": {"OMP_NUM_THREADS": "1"}}, held) == {}  # nothing left: no runtime env
+
+
 def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     # Ray Train's fixed-size policy starts Ray Data's AutoscalingCoordinator (an actor, a new Python
     # importing Ray Data) and waits for it, to ask an autoscaler for resources; a Ray the launch started has
