@@ -238,7 +238,7 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
 
 
 def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
-    from orchestrator.raytrain.trainer import held_env_only  # deferred: as the module's others
+    from orchestrator.raytrain.embedded import held_env_only  # deferred: as the module's others
 
     held = {"OMP_NUM_THREADS": "1", "NCCL_IB_DISABLE": "1"}
     wanted = {"env_vars": {"OMP_NUM_THREADS": "1", "NCCL_IB_DISABLE": "0", "RAY_X": "y"}, "_nsight": "default"}
