@@ -27,7 +27,7 @@ from cluster.plan import Plan
 from groundwork.errors import ConfigError, JobError, ScriptExited
 from groundwork.remote import split
 from orchestrator.raytrain.backend import LeanTorchConfig
-from orchestrator.raytrain.embedded import EmbeddedController
+from orchestrator.raytrain.embedded import EmbeddedController, held_env_only
 from orchestrator.raytrain.preemption import ListenForSigterm, SigtermIsPreemption
 from orchestrator.raytrain.session import (
     HEALTH_CHECK_ENV,
@@ -130,9 +130,8 @@ class LeanTrainer(DataParallelTrainer):
 def controller_env_in_place() -> bool:
     """Whether every variable Ray's fit() hands its controller in a runtime env holds in every process of
     the Ray this driver started already (see orchestrator.raytrain.session.embedded_env)."""
-    embedded = embedded_env() or {}
     wanted = {WARN_BLOCKING_ENV: WARN_BLOCKING, **get_env_vars_to_propagate()}  # Ray 2.60's
-    return all(embedded.get(name) == value for name, value in wanted.items())
+    return not held_env_only({"env_vars": wanted}, embedded_env() or {})
 
 
 def importable_from_here() -> dict[str, str]:
