@@ -1,5 +1,6 @@
-"""The largest model that trains on one GPU under each strategy, through `orchestrator launch`: ddp; fsdp with
-activation checkpointing; fsdp with activation checkpointing and CPU offload. Llama shapes (llama-1b, -3b, -8b),
+"""The largest model that trains on one GPU under each strategy, through `orchestrator launch`: ddp; fsdp without,
+with per-op and with full activation checkpointing; fsdp with full activation checkpointing and CPU offload.
+Llama shapes (llama-1b, -3b, -8b),
 AdamW (fp32 weights, gradients and two moments: 16 bytes per parameter before activations), bf16, batch
 B x 1024, a few steps each. Each strategy climbs its ladder of sizes until one runs out of memory; every run's
 peak memory (torch's max allocated, NVML's used) and tokens/s come from its summary.json.
@@ -23,6 +24,8 @@ from common import ONE_GPU, launch_summary, provenance, write_result
 LADDER = ["llama-1b", "llama-3b", "llama-8b"]
 STRATEGIES = {
     "ddp": ["--strategy", "ddp"],
+    "fsdp": ["--strategy", "fsdp"],
+    "fsdp+op-ac": ["--strategy", "fsdp", "--activation-checkpointing", "op"],  # per-op: matmuls' outputs kept
     "fsdp+ac": ["--strategy", "fsdp", "--activation-checkpointing", "full"],
     "fsdp+ac+offload": ["--strategy", "fsdp", "--activation-checkpointing", "full", "--cpu-offload"],
 }

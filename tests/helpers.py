@@ -221,3 +221,17 @@ def strategy_rank(rank: int, world: int, port: int, out: str, settings: dict, re
     if rank == 0:
         Path(out, "rows.json").write_text(json.dumps(reporter.rows))
     end_rank()
+
+
+def noting_where_built(meta, cfg):  # noqa: ANN001, ANN201 (a model factory, as a user writes one)
+    """The built-in model $BUILT_MODEL; its first build on each rank notes in $BUILT_NOTES/rank-N the device of
+    its first parameter and of each buffer, as the factory made them."""
+    import torch.distributed as dist
+
+    from trainables.models import build_model
+
+    model = build_model(os.environ["BUILT_MODEL"], meta, cfg)
+    note = Path(os.environ["BUILT_NOTES"], f"rank-{dist.get_rank()}")
+    if not note.exists():
+        note.write_text(" ".join(t.device.type for t in (next(model.parameters()), *model.buffers())))
+    return model

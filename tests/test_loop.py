@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -178,3 +179,42 @@ def test_throughput_rows_leave_out_validation_and_checkpoint_time(tmp_path, monk
     meter.add(torch.tensor(1.0))
     now[0] += 1.0
     assert "val_time_s" not in meter.row(state, micro_per_epoch=10)  # the next window starts with nothing aside
+
+
+def _grads_and_op_counts(mode: str) -> tuple[dict[str, torch.Tensor], Counter]:
+    """Llama-toy's gradients after one forward and backward with activation checkpointing `mode`, and how many
+    times each matmul and attention op ran in all (forward, recomputation, backward)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainables.parallel.blocks import checkpoint_activations
+
+    class CountOps(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: Counter = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.counts[func.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = build_model("llama-toy", DataMeta(kind="tokens", num_classes=64, seq_len=32))
+    checkpoint_activations(model, mode)
+    idx = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(1))
+    with CountOps() as ops:
+        torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+    return {name: p.grad for name, p in model.named_parameters()}, ops.counts
+
+
+def test_per_op_checkpointing_recomputes_every_second_matmul_and_no_attention():
+    plain, ran = _grads_and_op_counts("none")
+    per_op, ran_op = _grads_and_op_counts("op")
+    full, ran_full = _grads_and_op_counts("full")
+    assert max_abs_diff(plain, per_op) == 0 and max_abs_diff(plain, full) == 0  # the same arithmetic, again
+    # llama-toy: 4 blocks of 5 matmuls (wq, wkv, wo, w13, w2). Recomputation stops once backward has what it
+    # needs, which is never a block's last output: full recomputes 4 matmuls a block, op the 2nd and the 4th.
+    blocks = 4
+    assert ran_full["mm.default"] - ran["mm.default"] == 4 * blocks
+    assert ran_op["mm.default"] - ran["mm.default"] == 2 * blocks
+    attention = "_scaled_dot_product_flash_attention_for_cpu.default"
+    assert ran_full[attention] == 2 * ran[attention] and ran_op[attention] == ran[attention]

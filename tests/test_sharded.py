@@ -48,13 +48,20 @@ def test_fsdp_reaches_ddps_weights_and_resumes_under_ddp(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["gpt-char", "llama-toy"])
-def test_fsdp_trains_transformers_as_ddp_does(tmp_path, model):
-    """GPT: a tied embedding left to the root; Llama: RoPE, grouped-query attention, an output block."""
-    gpt = {"model": model, "dataset": "fake-tokens", "fake_samples": 160, "seq_len": 32, "optimizer": "adamw",
+def test_fsdp_trains_transformers_as_ddp_does(tmp_path, monkeypatch, model):
+    """GPT: a tied embedding left to the root; Llama: RoPE, grouped-query attention, an output block. Under
+    FSDP only rank 0 builds the model in memory, rank 1 on the meta device; rank 1's shards and its buffers
+    (Llama's RoPE tables, in no state dict) get rank 0's values, so both runs start from the same weights."""
+    gpt = {"dataset": "fake-tokens", "fake_samples": 160, "seq_len": 32, "optimizer": "adamw",
            "lr": 1e-3, "max_steps": 4, "epochs": 1}
-    ddp = run(tmp_path / "ddp", **gpt)
-    fsdp = run(tmp_path / "fsdp", strategy="fsdp", activation_checkpointing="selective", **gpt)
+    ddp = run(tmp_path / "ddp", model=model, **gpt)
+    monkeypatch.setenv("BUILT_MODEL", model)
+    monkeypatch.setenv("BUILT_NOTES", str(tmp_path))
+    fsdp = run(tmp_path / "fsdp", model="helpers:noting_where_built", strategy="fsdp",
+               activation_checkpointing="selective", **gpt)
     assert max_abs_diff(final_weights(ddp[-1]), final_weights(fsdp[-1])) < 1e-4  # AdamW divides by small norms
+    built = {rank: set((tmp_path / f"rank-{rank}").read_text().split()) for rank in (0, 1)}
+    assert built == {0: {"cpu"}, 1: {"meta"}}
 
 
 def test_fsdp_resumes_a_ddp_checkpoint_with_activation_checkpointing(tmp_path):

@@ -62,9 +62,14 @@ class TrainConfig(BaseModel):
                                    " share a node, from the cluster spec)")
     cpu_offload: Flag = Field(False, description="fsdp/hsdp: keep the parameter shards, gradients and optimizer"
                               " state in CPU memory (the optimizer steps on the CPU)")
-    activation_checkpointing: Literal["none", "full", "selective"] = Field(
+    meta_init: Flag = Field(True, description="fsdp/hsdp: build the model on rank 0 only (the other workers on the"
+                            " meta device) and broadcast its weights into every worker's shards: one copy of the"
+                            " model in host memory, not one per worker (--no-meta-init: a model that cannot be"
+                            " built on the meta device)")
+    activation_checkpointing: Literal["none", "full", "selective", "op"] = Field(
         "none", description="recompute blocks' activations in backward instead of keeping them: every block"
-        " (full) or every second one (selective)")
+        " (full), every second one (selective), or in every block all but its matmuls' (every second one's)"
+        " and attention's outputs (op)")
     grad_compression: Literal["none", "fp16", "bf16", "powersgd"] = Field(
         "none", description="ddp: compress gradients before the all-reduce (PyTorch's DDP comm hooks)")
     powersgd_rank: int = Field(1, ge=1, description="powersgd: the rank of the low-rank approximation")

@@ -30,6 +30,7 @@ from trainables.loop import Loaders, Position, TrainState, total_steps, train_lo
 from trainables.models import build_model
 from trainables.objective import objective_of
 from trainables.parallel import is_sharded, parallelize, unwrap
+from trainables.parallel.meta_init import building_device
 from trainables.precision import mixed_precision
 from trainables.profiling import StepProfiler
 
@@ -90,7 +91,8 @@ def lr_lambda(cfg: TrainConfig, steps: int):
 def build_state(cfg: TrainConfig, ctx: DistContext, loaders: Loaders, meta: DataMeta,
                 user: Mapping[str, Any]) -> TrainState:
     seed_everything(cfg.seed)  # same initial weights on every rank and every run
-    model = build_model(cfg.model, meta, cfg, user)
+    with building_device(cfg, ctx):  # sharded: rank 0 alone builds it in memory (see parallel.meta_init)
+        model = build_model(cfg.model, meta, cfg, user)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     wrapped = parallelize(model, cfg, ctx)

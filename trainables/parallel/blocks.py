@@ -42,17 +42,49 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 
 
 def checkpoint_activations(model: nn.Module, mode: str) -> None:
-    """Recompute the activations of every block (full) or every second one (selective) in backward. The
-    block's forward is wrapped in place, so parameter names (and checkpoints) stay as they were."""
+    """Recompute the activations of every block (full), every second one (selective), or, in every block, all
+    but its matmuls' and attention's outputs (op) in backward. The block's forward is wrapped in place, so
+    parameter names (and checkpoints) stay as they were."""
     if mode == "none":
         return
-    chosen = blocks_of(model)[:: 1 if mode == "full" else 2]
+    chosen = blocks_of(model)[:: 2 if mode == "selective" else 1]
     for block in chosen:
-        block.forward = _recomputed(block.forward)
+        block.forward = _recomputed(block.forward, saving_ops if mode == "op" else None)
 
 
-def _recomputed(forward):  # noqa: ANN001, ANN202 (any module's forward)
+def _recomputed(forward, context_fn=None):  # noqa: ANN001, ANN202 (any module's forward)
+    options = {"context_fn": context_fn} if context_fn else {}
+
     def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
 
     return run
+
+
+# What per-op checkpointing keeps (torchtitan's "op" policy): the expensive ops' outputs. Every second matmul's
+# output is recomputed all the same (its input is kept), for a block's memory about halfway between none and full.
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+SAVED_OPS = MATMULS | {
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,  # a collective's output, not run twice
+}
+
+
+def saving_ops() -> tuple:
+    """A block's per-op policy (a fresh one per forward: it counts the block's matmuls, in the forward and
+    again in the recomputation, so that both keep the same ones)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    seen: Counter = Counter()
+
+    def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:  # noqa: ANN001, ANN002, ANN003
+        if func in MATMULS:
+            seen[ctx.is_recompute] += 1
+            if seen[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)

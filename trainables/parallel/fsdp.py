@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -32,25 +33,46 @@ from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 from trainables.parallel.blocks import blocks_of
+from trainables.parallel.meta_init import meta_init
 
 _PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: around the float8 matmuls
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0's CPU
+FROM_RANK0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
 
 
 def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
     """Shard `model` over all workers (one device each). The model comes as built, in host memory:
     fully_shard moves one block at a time to the worker's device and keeps only its shard there, so no GPU
-    ever holds the whole model (moving it first would need the full fp32 model's memory on every GPU)."""
+    ever holds the whole model (moving it first would need the full fp32 model's memory on every GPU). With
+    meta init (trainables.parallel.meta_init) only rank 0's came built; the others' shards get its weights."""
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)  # where fully_shard puts each block: the current device
     mesh = device_mesh(cfg, ctx)
     policy = MixedPrecisionPolicy(param_dtype=_PARAM_DTYPES.get(cfg.precision), reduce_dtype=torch.float32)
     offload: OffloadPolicy = CPUOffloadPolicy() if cfg.cpu_offload else OffloadPolicy()
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy, "offload_policy": offload}
+    from_rank0 = meta_init(cfg, ctx)
+    full_state = model.state_dict() if from_rank0 and ctx.rank == 0 else None  # rank 0's weights, whole
     for block in blocks_of(model):
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **options)
     fully_shard(model, reshard_after_forward=False, **options)  # the root's parameters are needed at once in backward
+    if from_rank0:
+        broadcast_weights(model, full_state, cfg, ctx)
     return model
+
+
+def broadcast_weights(model: nn.Module, full_state: dict[str, torch.Tensor] | None, cfg: TrainConfig,
+                      ctx: DistContext) -> None:
+    """After fully_shard, on every rank: rank 0's weights (`full_state`, taken before sharding; None elsewhere)
+    into each rank's shards, and its buffers (RoPE tables and the like, which no state dict holds) whole."""
+    if ctx.rank != 0:  # storage for this rank's shards only (on the CPU where FSDP keeps them offloaded)
+        model.to_empty(device=torch.device("cpu") if cfg.cpu_offload else ctx.device)
+    set_model_state_dict(model, full_state or {}, options=FROM_RANK0)
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            on_device = buffer.to(ctx.device)  # FSDP keeps buffers on the worker's device, offloaded or not
+            dist.broadcast(on_device, src=0)
+            setattr(module, name, on_device)
 
 
 def device_mesh(cfg: TrainConfig, ctx: DistContext) -> DeviceMesh:
