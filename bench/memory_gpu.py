@@ -1,9 +1,9 @@
 """The largest model that trains on one GPU under each strategy, through `orchestrator launch`: ddp; fsdp without,
 with per-op and with full activation checkpointing; fsdp with full activation checkpointing and CPU offload.
-Llama shapes (llama-1b, -3b, -8b),
-AdamW (fp32 weights, gradients and two moments: 16 bytes per parameter before activations), bf16, batch
-B x 1024, a few steps each. Each strategy climbs its ladder of sizes until one runs out of memory; every run's
-peak memory (torch's max allocated, NVML's used) and tokens/s come from its summary.json.
+Llama shapes (llama-1b, -3b, -8b), AdamW (fp32 weights, gradients and two moments: 16 bytes per parameter
+before activations), bf16, batch B x 1024, a few steps each. Each strategy climbs its ladder of sizes until
+one runs out of memory; every run's peak memory (torch's max allocated, NVML's used) and tokens/s come from
+its summary.json.
 
 On one GPU FSDP shards nothing (one rank holds every shard): what it brings here is the per-block
 gathering that activation checkpointing and offload build on. Its sharding divides the 16 bytes by the

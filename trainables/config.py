@@ -68,8 +68,8 @@ class TrainConfig(BaseModel):
                             " built on the meta device)")
     activation_checkpointing: Literal["none", "full", "selective", "op"] = Field(
         "none", description="recompute blocks' activations in backward instead of keeping them: every block"
-        " (full), every second one (selective), or in every block all but its matmuls' (every second one's)"
-        " and attention's outputs (op)")
+        " (full), every second one (selective), or in every block only the cheap ops: norms, RoPE, activations,"
+        " keeping every matmul's and attention's output (op)")
     grad_compression: Literal["none", "fp16", "bf16", "powersgd"] = Field(
         "none", description="ddp: compress gradients before the all-reduce (PyTorch's DDP comm hooks)")
     powersgd_rank: int = Field(1, ge=1, description="powersgd: the rank of the low-rank approximation")

@@ -42,8 +42,8 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 
 
 def checkpoint_activations(model: nn.Module, mode: str) -> None:
-    """Recompute the activations of every block (full), every second one (selective), or, in every block, all
-    but its matmuls' and attention's outputs (op) in backward. The block's forward is wrapped in place, so
+    """Recompute the activations of every block (full), every second one (selective), or, in every block, those
+    of its cheap ops only (op: see SAVED_OPS) in backward. The block's forward is wrapped in place, so
     parameter names (and checkpoints) stay as they were."""
     if mode == "none":
         return
@@ -61,30 +61,26 @@ def _recomputed(forward, context_fn=None):  # noqa: ANN001, ANN202 (any module's
     return run
 
 
-# What per-op checkpointing keeps (torchtitan's "op" policy): the expensive ops' outputs. Every second matmul's
-# output is recomputed all the same (its input is kept), for a block's memory about halfway between none and full.
-MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
-SAVED_OPS = MATMULS | {
+# What per-op checkpointing keeps: the outputs of the ops that cost compute (matmuls, attention) or traffic (a
+# collective's); in backward only the cheap ops between them run again (norms, RoPE, activations and the
+# products around them, whose outputs are as wide as the matmuls' and many more).
+SAVED_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-    torch.ops._c10d_functional.reduce_scatter_tensor.default,  # a collective's output, not run twice
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
 }
 
 
 def saving_ops() -> tuple:
-    """A block's per-op policy (a fresh one per forward: it counts the block's matmuls, in the forward and
-    again in the recomputation, so that both keep the same ones)."""
+    """A block's per-op policy, for torch.utils.checkpoint's context_fn (called at each forward)."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    seen: Counter = Counter()
-
     def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:  # noqa: ANN001, ANN002, ANN003
-        if func in MATMULS:
-            seen[ctx.is_recompute] += 1
-            if seen[ctx.is_recompute] % 2 == 0:
-                return CheckpointPolicy.PREFER_RECOMPUTE
         return CheckpointPolicy.MUST_SAVE if func in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
