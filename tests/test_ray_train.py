@@ -17,7 +17,7 @@ from helpers import final_weights, max_abs_diff
 
 import orchestrator
 from groundwork.errors import RunFailed
-from trainables.checkpoint import checkpoints_in
+from trainables.checkpoint import checkpoints_in, verify
 from trainables.config import TrainConfig
 from trainables.local import train_locally
 
@@ -86,13 +86,19 @@ def test_resume_after_one_epoch_matches_uninterrupted(three_epochs):
     assert frame["val_acc"].notna().sum() == 3  # one validation row per epoch, across both sessions
 
 
-def test_fsdp_sharded_checkpoints_on_ray_resume_under_ddp(three_epochs):
-    first = orchestrator.launch(**DIGITS, epochs=3, stop_after_epochs=1, strategy="fsdp", checkpoint_format="sharded",
-                                name="sharded")
+def test_fsdp_sharded_checkpoints_written_in_the_background_on_ray_resume_under_ddp(three_epochs):
+    """--checkpoint-async: epoch 1's checkpoint is written while epoch 2 trains; the folder every rank wrote
+    into becomes Ray's checkpoint where it is (no copy). Epoch 2's is cut short, so the resume takes epoch 1's."""
+    first = orchestrator.launch(**DIGITS, epochs=3, stop_after_epochs=2, strategy="fsdp", checkpoint_format="sharded",
+                                checkpoint_async=True, name="sharded")
     assert (first.checkpoint / "shards" / ".metadata").exists()  # Ray kept the folder every rank wrote into
-    assert not list(first.path.glob(".*sharded-step*"))  # the staging folders are gone
+    assert not list(first.path.glob(".*sharded-step*"))  # nothing left half-written or unmoved
+    newest, older = checkpoints_in(first.path)[:2]
+    assert newest == first.checkpoint and verify(older) is None
+    shard = next((newest / "shards").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-100])
     rest = orchestrator.launch(resume="sharded", stop_after_epochs=None, strategy="ddp", checkpoint_format="full",
-                               quiet=True)
+                               checkpoint_async=False, quiet=True)
     assert rest.metrics["epoch"] == 3
     assert max_abs_diff(final_weights(three_epochs.checkpoint), final_weights(rest.checkpoint)) < 1e-5
 

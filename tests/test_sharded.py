@@ -118,3 +118,24 @@ def test_sharded_checkpoints_resume_under_ddp_and_on_one_process(tmp_path):
     shard = next(shards.glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:-100])
     assert "distcp has" in verify(half[-1])
+
+
+def test_sharded_checkpoints_written_in_the_background_hold_their_steps_state(tmp_path):
+    """--checkpoint-async: DCP writes from a copy while training goes on, and the folder is completed after;
+    each checkpoint holds exactly what the synchronous run's holds at the same step."""
+    settings = {"strategy": "fsdp", "checkpoint_format": "sharded", "epochs": 2}
+    sync = run(tmp_path / "sync", **settings)
+    background = run(tmp_path / "async", checkpoint_async=True, **settings)
+    assert len(sync) == len(background) == 2
+    assert not list((tmp_path / "async").glob(".*sharded*"))  # every folder completed and moved
+    cfg = TrainConfig(**SGD, epochs=2)
+    loaders, meta = build_loaders(cfg, DistContext(), {})
+    for written, reference in zip(background, sync, strict=True):
+        assert verify(written) is None
+        states = []
+        for folder in (written, reference):
+            state = build_state(cfg, DistContext(), loaders, meta, {})
+            restore(state, load_state(folder), cfg)
+            states.append(state)
+        assert max_abs_diff(states[0].model.state_dict(), states[1].model.state_dict()) == 0
+        assert states[0].position == states[1].position

@@ -85,6 +85,9 @@ class TrainConfig(BaseModel):
     checkpoint_format: Literal["full", "sharded"] = Field(
         "full", description="full: rank 0 writes the whole state; sharded (fsdp/hsdp): every rank writes its"
         " shards (torch.distributed.checkpoint) to the run's folder, which the nodes must share")
+    checkpoint_async: Flag = Field(False, description="checkpoint_format sharded: write each checkpoint in the"
+                                   " background (torch.distributed.checkpoint.async_save): training goes on once"
+                                   " the shards are copied to host memory")
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0: each epoch")
     checkpoints: Flag = Field(True, description="write checkpoints (--no-checkpoints: none, for benchmarks whose"
                               " state outgrows the disk; such a run cannot be resumed)")
@@ -119,6 +122,9 @@ class TrainConfig(BaseModel):
             raise ValueError(f"cpu_offload needs strategy fsdp or hsdp (it is {self.strategy}): add --strategy fsdp")
         if self.checkpoint_format == "sharded" and not self.sharded:
             raise ValueError(f"checkpoint_format sharded needs strategy fsdp or hsdp (it is {self.strategy})")
+        if self.checkpoint_async and self.checkpoint_format != "sharded":
+            raise ValueError("checkpoint_async writes sharded checkpoints in the background: add --checkpoint-format"
+                             " sharded (and --strategy fsdp or hsdp)")
         if self.shard_size is not None and self.strategy != "hsdp":
             raise ValueError(f"shard_size is for strategy hsdp (it is {self.strategy})")
         if self.grad_compression != "none" and self.strategy not in ("ddp", "model-parallel"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,7 +44,9 @@ class DistContext:
 
 class Reporter(Protocol):
     """Where the loop sends what it measured. `log` is called on rank 0 only and must not block;
-    `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None);
+    `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None; with
+    `finish`, the folder is still being written: finish() returns once it is complete, and the folder is then
+    the reporter's to keep, the loop deleting it no more);
     `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap);
     `preemption_notice` on every rank at each log point: whether the cluster said a node of this run is about
     to be reclaimed, or this process was told to stop (SIGTERM) (local and cheap; the loop agrees on it across
@@ -54,6 +57,7 @@ class Reporter(Protocol):
 
     def progress(self, step: int) -> None: ...
 
-    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None: ...
+    def checkpoint(self, metrics: dict[str, float], folder: str | None,
+                   finish: Callable[[], None] | None = None) -> None: ...
 
     def preemption_notice(self) -> bool: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,10 @@ class LocalReporter:
     def log(self, row: dict[str, float]) -> None:
         self.rows.append(dict(row))
 
-    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
+    def checkpoint(self, metrics: dict[str, float], folder: str | None,
+                   finish: Callable[[], None] | None = None) -> None:
+        if finish is not None:
+            finish()  # kept in a local folder, nothing to overlap with: the background write is waited for
         if folder is None or self.folder is None:
             return
         dest = self.folder / f"checkpoint_{len(self.checkpoints):06d}"

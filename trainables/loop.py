@@ -60,6 +60,14 @@ class TrainState:
     skipped_steps: int = 0  # steps skipped for non-finite gradients (--skip-nonfinite), this session
 
     sharded_dir: Path | None = None  # --checkpoint-format sharded: where every rank writes its shards (shared)
+    checkpoint_group: Any = None  # --checkpoint-async: the process group of DCP's background writes (gloo)
+    background_save: Any = None  # the sharded checkpoint DCP's thread is writing (a dcp.BackgroundSave)
+
+    def wait_for_background_save(self) -> None:
+        """Returns once the checkpoint being written in the background (if any) has this rank's shards on disk."""
+        if self.background_save is not None:
+            self.background_save.written()
+            self.background_save = None
 
     def state_dict(self, cfg: TrainConfig) -> dict[str, Any]:
         """The whole state, in one format for every strategy: a sharded model's is gathered (every rank must
@@ -155,37 +163,47 @@ def evaluate(state: TrainState, loader: DataLoader, ctx: DistContext, cfg: Train
 def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
                metrics: dict[str, float]) -> None:
     """Rank 0 writes the state to a fresh folder (sharded: every rank writes its shards into one on the shared
-    storage); every rank reports (Ray's report is collective)."""
+    storage, in the background with checkpoint_async); every rank reports (Ray's report is collective)."""
     if not cfg.checkpoints:
         reporter.checkpoint(metrics, None)
         return
+    finish = None  # the folder is being written: the reporter completes it with finish() and keeps it
     if state.sharded_dir is not None:
-        folder = sharded_checkpoint(state, cfg, ctx)
+        background = cfg.checkpoint_async and not metrics.get("preemption_notice")  # that one ends the rank
+        folder, finish = sharded_checkpoint(state, cfg, ctx, background)
     else:
         folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None
         whole = state.state_dict(cfg) if folder or is_sharded(state.model) else None  # gathering takes every rank
         if folder:
             save_state(whole, folder)
     try:
-        reporter.checkpoint(metrics, folder)
+        reporter.checkpoint(metrics, folder, finish)
     finally:  # also when the reporter ends this rank (told to stop, see Reporter.preemption_notice)
-        if folder:
+        if folder and finish is None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext) -> str | None:
-    """DCP's folder for this step, written by every rank; its path on rank 0, None on the others."""
-    from trainables.parallel.dcp import save_sharded  # deferred: sharded runs only (see is_sharded)
+def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext,
+                       background: bool) -> tuple[str | None, Callable[[], None] | None]:
+    """DCP's folder for this step, written by every rank: its path on rank 0 (None on the others), and, when
+    written in the background, rank 0's way to wait for it and complete it (see dcp.BackgroundSave)."""
+    from trainables.parallel.dcp import save_sharded, save_sharded_async  # deferred: sharded runs only
 
     assert state.sharded_dir is not None
+    state.wait_for_background_save()  # one at a time: the last one's shards are on disk before these start
     partial = state.sharded_dir / f".partial-sharded-step{state.position.step}"
     folder = state.sharded_dir / f".sharded-step{state.position.step}"
     if ctx.is_main:  # a try cut short before (a restart at this step) left these
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
     dist.barrier()
-    save_sharded(state.model, state.optimizer, state.rest_state(cfg) if ctx.is_main else None, partial, folder)
-    return str(folder) if ctx.is_main else None
+    rest = state.rest_state(cfg) if ctx.is_main else None
+    if background:
+        state.background_save = save_sharded_async(state.model, state.optimizer, rest, partial, folder,
+                                                   state.checkpoint_group)
+        return (str(folder), state.background_save.finish) if ctx.is_main else (None, None)
+    save_sharded(state.model, state.optimizer, rest, partial, folder)
+    return (str(folder) if ctx.is_main else None), None
 
 
 class Meter:
@@ -319,4 +337,5 @@ def train_loop(state: TrainState, loaders: Loaders, cfg: TrainConfig, ctx: DistC
         with meter.set_aside("checkpoint_time_s"):
             checkpoint(state, cfg, ctx, reporter, metrics)
     profiler.stop()  # a window past the last step ends with the run
+    state.wait_for_background_save()  # before the process group goes (rank 0's reporter completes the folder)
     return metrics

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -147,6 +148,8 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
     state = build_state(cfg, ctx, loaders, meta, user)
     if cfg.checkpoint_format == "sharded" and ctx.distributed and run_dir is not None:
         state.sharded_dir = Path(run_dir)  # one folder every rank writes to (else: the full format)
+        if cfg.checkpoint_async:  # DCP's background writes coordinate over a group training does not use
+            state.checkpoint_group = dist.new_group(backend="gloo")
     if resume_from is not None:
         restore(state, resume_from, cfg)
         log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)

@@ -5,13 +5,11 @@ to be good."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ from orchestrator.launcher.results import dedupe_rows, plot_loss, plot_telemetry
 from orchestrator.launcher.summary import write_summary
 from orchestrator.preflight import checked_plan
 from orchestrator.raytrain.job import Job
-from orchestrator.raytrain.session import ray_session
+from orchestrator.raytrain.session import import_while_ray_starts, ray_session
 from orchestrator.warm.pool import find_pool
 from trainables.checkpoint import checkpoints_in
 from trainables.config import TrainConfig
@@ -160,21 +158,6 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         f"a group of its own at {address}" if address else "a group of its own on an embedded Ray")
     return RunResult(cfg.name or "", run_dir, last_validation(rows), summary, checkpoint, rows,
                      time.perf_counter() - started, workers, place.where)
-
-
-def import_while_ray_starts(module: str) -> None:
-    """Import `module` on a thread while this one starts Ray: ray.init waits ~1 s for the raylet it started,
-    on cores that are mostly idle, and a launch on an embedded Ray runs on a group of its own, whose module
-    imports Ray Train (~0.8 s). The import statement that needs it waits for the thread's, as Python's
-    import locks make any second importer of a module wait; should the thread's fail, that statement
-    imports it itself."""
-    def quietly() -> None:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # the import statement that needs it raises it again
-            log.debug("importing %s ahead failed: %s", module, exc)
-
-    threading.Thread(target=quietly, name=f"import {module}", daemon=True).start()
 
 
 def set_aside_torn_snapshot(place: RunPlace) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from groundwork.plots import figure
+
 METRICS_FILE = "metrics.parquet"
 LOSS_PLOT = "loss.png"
 # (column, what the panel shows): the telemetry plotted per step, where the rows have it
@@ -44,22 +46,13 @@ def write_rows(rows: list[dict[str, float]], run_dir: Path) -> Path:
     return path
 
 
-def pyplot():  # noqa: ANN201 (matplotlib.pyplot, imported late)
-    import matplotlib  # deferred: ~1 s to import, paid only once a run or sweep has results to plot
-
-    matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
-    import matplotlib.pyplot as plt  # deferred: as matplotlib
-
-    return plt
-
-
 def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
-    plt = pyplot()
     # The loop's validation rows repeat the last train loss; a train function's reports are all its own.
     train = [(r["step"], r["loss"]) for r in rows
              if r.get("loss") is not None and (r.get("val_loss") is None or "report" in r)]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    fig = figure(figsize=(7, 4), dpi=100)
+    ax = fig.subplots()
     if train:
         ax.plot(*zip(*train, strict=True), label="train loss (rank 0)")
     if val:
@@ -72,7 +65,6 @@ def plot_loss(rows: list[dict[str, float]], run_dir: Path, title: str) -> Path:
     path = run_dir / LOSS_PLOT
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
     return path
 
 
@@ -84,8 +76,8 @@ def plot_telemetry(rows: list[dict[str, float]], run_dir: Path, title: str) -> P
               if any(r.get(key) is not None for r in train)]
     if not panels:
         return None
-    plt = pyplot()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), dpi=100, sharex=True, squeeze=False)
+    fig = figure(figsize=(7, 2.2 * len(panels)), dpi=100)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, (key, label) in zip(axes[:, 0], panels, strict=True):
         ax.plot(*zip(*[(r["step"], r[key]) for r in train if r.get(key) is not None], strict=True), ".-")
         ax.set_title(label, fontsize=9)
@@ -96,5 +88,4 @@ def plot_telemetry(rows: list[dict[str, float]], run_dir: Path, title: str) -> P
     path = run_dir / ("gpu.png" if gpu else "host.png")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
     return path

@@ -9,6 +9,7 @@ import logging
 import os
 import pickle
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,17 @@ class RayReporter:
         if self.sink is not None:
             self.sink.push.remote(row)
 
-    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
+    def checkpoint(self, metrics: dict[str, float], folder: str | None,
+                   finish: Callable[[], None] | None = None) -> None:
         notice = bool(metrics.get("preemption_notice"))  # the same on every rank (see trainables.context)
-        if self.upload_async and not notice:
+        if folder and in_run_folder(folder):  # a sharded checkpoint: every rank wrote into the run's folder
+            checkpoint_in_place(metrics, folder, finish)
+        elif self.upload_async and not notice:
             self.checkpoint_async(metrics, folder)
             return
-        ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
-        ray.train.report(metrics, checkpoint=ckpt)  # rank 0's returns once its folder is stored
+        else:
+            ckpt = ray.train.Checkpoint.from_directory(folder) if folder else None
+            ray.train.report(metrics, checkpoint=ckpt)  # rank 0's returns once its folder is stored
         if notice:
             if dist.is_initialized():
                 dist.barrier()  # so the rank told does not end (and its group with it) before that
@@ -93,6 +98,31 @@ class RayReporter:
             return get_internal_train_context().preemption_context.preemption_info is not None
         except (AttributeError, RuntimeError):
             return False
+
+
+def run_folder() -> Path:
+    """Where Ray Train keeps this run's checkpoints (a sharded run's: a local path, which the nodes share)."""
+    return Path(ray.train.get_context().get_storage().experiment_fs_path).resolve()
+
+
+def in_run_folder(folder: str) -> bool:
+    return Path(folder).resolve().parent == run_folder()
+
+
+def checkpoint_in_place(metrics: dict[str, float], folder: str, finish: Callable[[], None] | None) -> None:
+    """Rank 0's report of a checkpoint every rank wrote into the run's folder on the storage (sharded): Ray
+    gives it its checkpoint name there, with no copy (`checkpoint_upload_fn`). Written in the background
+    (`finish`): Ray's upload thread waits for it and completes it, the report returns at once, and the run's
+    end waits for it."""
+    def into_place(_: ray.train.Checkpoint, name: str) -> ray.train.Checkpoint:
+        if finish is not None:
+            finish()
+        os.replace(folder, run_folder() / name)
+        return ray.train.Checkpoint.from_directory(str(run_folder() / name))
+
+    mode = ray.train.CheckpointUploadMode.ASYNC if finish else ray.train.CheckpointUploadMode.SYNC
+    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder), checkpoint_upload_mode=mode,
+                     checkpoint_upload_fn=into_place, delete_local_checkpoint_after_upload=False)
 
 
 def ray_context() -> DistContext:

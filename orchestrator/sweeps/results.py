@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from groundwork.plots import figure
 from orchestrator.config import LaunchConfig, write_launch_config
 from orchestrator.sweeps.config import SweepConfig
 
@@ -57,14 +58,10 @@ def write_results(cfg: SweepConfig, results: Any, best: LaunchConfig, sweep_dir:
 
 
 def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
-    import matplotlib  # deferred: ~1 s to import, paid only once a run or sweep has results to plot
-
-    matplotlib.use("Agg")  # files only, no display; must precede pyplot's import
-    import matplotlib.pyplot as plt  # deferred: as matplotlib
-
     # x: optimizer steps for the shared loop; Tune's report count for a train function that reports no step
     x = "step" if "step" in table and table["step"].notna().all() else "training_iteration"
-    fig, (per_trial, so_far) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    fig = figure(figsize=(11, 4), dpi=100)
+    per_trial, so_far = fig.subplots(1, 2)
     for trial, rows in table.groupby("trial"):
         per_trial.plot(rows[x], rows[cfg.metric], "o-", ms=3, label=str(trial)[-5:])
     per_trial.set(xlabel="optimizer step" if x == "step" else "report", ylabel=cfg.metric, title="every trial")
@@ -77,4 +74,3 @@ def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

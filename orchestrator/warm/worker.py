@@ -81,8 +81,11 @@ class GroupReporter:
     def preemption_notice(self) -> bool:
         return False  # a trial's checkpoints are Tune's to schedule
 
-    def checkpoint(self, metrics: dict[str, float], folder: str | None) -> None:
+    def checkpoint(self, metrics: dict[str, float], folder: str | None,
+                   finish: Callable[[], None] | None = None) -> None:
         ask, path = None, None
+        if finish is not None:
+            finish()  # the client takes complete checkpoints (Tune copies them)
         if self.ctx.is_main:
             # Moved where the client can read it: the loop's `folder` is gone (its delete finds nothing).
             path = str(move_checkpoint(folder, self.staging / Path(folder).name)) if folder else None

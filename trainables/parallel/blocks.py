@@ -78,9 +78,9 @@ SAVED_OPS = {
 
 def saving_ops() -> tuple:
     """A block's per-op policy, for torch.utils.checkpoint's context_fn (called at each forward)."""
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    decision = torch.utils.checkpoint.CheckpointPolicy
 
-    def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:  # noqa: ANN001, ANN002, ANN003
-        return CheckpointPolicy.MUST_SAVE if func in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+    def policy(ctx, func, *args, **kwargs) -> decision:  # noqa: ANN001, ANN002, ANN003
+        return decision.MUST_SAVE if func in SAVED_OPS else decision.PREFER_RECOMPUTE
 
-    return create_selective_checkpoint_contexts(policy)
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(policy)
