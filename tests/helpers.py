@@ -235,3 +235,12 @@ def noting_where_built(meta, cfg):  # noqa: ANN001, ANN201 (a model factory, as 
     if not note.exists():
         note.write_text(" ".join(t.device.type for t in (next(model.parameters()), *model.buffers())))
     return model
+
+
+def reads_its_weights(meta):  # noqa: ANN001, ANN201 (a model factory, as a user writes one)
+    """The digits CNN, built by a factory that reads a weight's value (as a user's init might)."""
+    from trainables.models import build_model
+
+    model = build_model("digits-cnn", meta)
+    assert float(next(model.parameters()).abs().max()) > 0
+    return model

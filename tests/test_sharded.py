@@ -64,6 +64,14 @@ def test_fsdp_trains_transformers_as_ddp_does(tmp_path, monkeypatch, model):
     assert built == {0: {"cpu"}, 1: {"meta"}}
 
 
+def test_a_model_that_cannot_be_built_on_the_meta_device_is_named_with_the_fix(tmp_path):
+    with pytest.raises(mp.ProcessRaisedException, match="cannot be built on the meta device.*add --no-meta-init"):
+        run(tmp_path / "meta", model="helpers:reads_its_weights", dataset="digits", strategy="fsdp", max_steps=2,
+            epochs=1)
+    assert len(run(tmp_path / "whole", model="helpers:reads_its_weights", dataset="digits", strategy="fsdp",
+                   meta_init=False, max_steps=2, epochs=1)) == 1
+
+
 def test_fsdp_resumes_a_ddp_checkpoint_with_activation_checkpointing(tmp_path):
     half = run(tmp_path / "ddp1", epochs=2, stop_after_epochs=1)
     whole = run(tmp_path / "ddp2", epochs=2)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
+from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.context import DistContext
 
@@ -26,6 +27,16 @@ def meta_init(cfg: TrainConfig, ctx: DistContext) -> bool:
 
 @contextlib.contextmanager
 def building_device(cfg: TrainConfig, ctx: DistContext) -> Iterator[None]:
-    """Where the model's tensors go while it is built: the meta device on the ranks that get rank 0's weights."""
-    with torch.device("meta") if meta_init(cfg, ctx) and ctx.rank != 0 else contextlib.nullcontext():
+    """Where the model's tensors go while it is built: the meta device on the ranks that get rank 0's weights.
+    A model whose building reads its tensors' values (`.item()`, numpy) cannot be built there: one line says
+    so, and how to build it everywhere instead."""
+    if not (meta_init(cfg, ctx) and ctx.rank != 0):
         yield
+        return
+    try:
+        with torch.device("meta"):
+            yield
+    except (RuntimeError, NotImplementedError, TypeError) as exc:  # .item(), copies out, numpy
+        why = f"{type(exc).__name__}: {exc}"
+        raise ConfigError(f"model {cfg.model} cannot be built on the meta device, where every worker but the"
+                          f" first builds a sharded model ({why}): add --no-meta-init") from exc
