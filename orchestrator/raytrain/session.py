@@ -241,8 +241,8 @@ def on_this_node() -> NodeAffinitySchedulingStrategy:
 
 def import_while_ray_starts(module: str) -> None:
     """Import `module` on a thread while this one starts Ray: ray.init waits ~1 s for the raylet it started,
-    on cores that are mostly idle (a launch's own group imports Ray Train, ~0.8 s; a sweep's result plots
-    matplotlib, ~0.6 s). The import statement that needs it waits for the thread's, as Python's
+    on cores that are mostly idle (a launch's own group imports Ray Train, ~0.8 s; a sweep's plot of its
+    results, matplotlib, ~0.6 s). The import statement that needs it waits for the thread's, as Python's
     import locks make any second importer of a module wait; should the thread's fail, that statement
     imports it itself."""
     def quietly() -> None:
