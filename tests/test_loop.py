@@ -41,6 +41,14 @@ def test_resume_mid_epoch_gives_identical_weights(tmp_path):
     assert max_abs_diff(final_weights(whole.checkpoints[-1]), final_weights(resumed.checkpoints[-1])) == 0.0
 
 
+def test_one_checkpoint_per_step_where_max_steps_ends_the_epoch_early(tmp_path):
+    """max_steps 20 ends epoch 0 (44 steps) after checkpoint_every's step-20 checkpoint: the epoch-end report
+    (with validation) writes no second checkpoint of that step."""
+    metrics, reporter = train_locally(TrainConfig(**FAST, max_steps=20, checkpoint_every=10), tmp_path)
+    steps = [torch.load(c / "state.pt", weights_only=True)["position"]["step"] for c in reporter.checkpoints]
+    assert steps == [10, 20] and "val_acc" in metrics
+
+
 def test_stop_after_epochs_then_resume(tmp_path):
     cfg = TrainConfig(**FAST, epochs=3)
     _, whole = train_locally(cfg, tmp_path / "whole")

@@ -62,6 +62,7 @@ class TrainState:
     sharded_dir: Path | None = None  # --checkpoint-format sharded: where every rank writes its shards (shared)
     checkpoint_group: Any = None  # --checkpoint-async: the process group of DCP's background writes (gloo)
     background_save: Any = None  # the sharded checkpoint DCP's thread is writing (a dcp.BackgroundSave)
+    checkpointed_step: int = -1  # the step of this session's last checkpoint
 
     def wait_for_background_save(self) -> None:
         """Returns once the checkpoint being written in the background (if any) has this rank's shards on disk."""
@@ -164,12 +165,17 @@ def checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext, reporter: 
                metrics: dict[str, float]) -> None:
     """Rank 0 writes the state to a fresh folder (sharded: every rank writes its shards into one on the shared
     storage, in the background with checkpoint_async); every rank reports (Ray's report is collective)."""
-    if not cfg.checkpoints:
+    notice = bool(metrics.get("preemption_notice"))  # this checkpoint ends the rank that was told
+    # One checkpoint per step: a run that max_steps ends mid-epoch has just written this step's (checkpoint_every)
+    # when the epoch-end one comes; that report carries its metrics only (under --checkpoint-async a second
+    # write of the same step's folder would race with the first's completion).
+    if not cfg.checkpoints or (state.position.step == state.checkpointed_step and not notice):
         reporter.checkpoint(metrics, None)
         return
+    state.checkpointed_step = state.position.step
     finish = None  # the folder is being written: the reporter completes it with finish() and keeps it
     if state.sharded_dir is not None:
-        background = cfg.checkpoint_async and not metrics.get("preemption_notice")  # that one ends the rank
+        background = cfg.checkpoint_async and not notice
         folder, finish = sharded_checkpoint(state, cfg, ctx, background)
     else:
         folder = tempfile.mkdtemp(prefix="ckpt-") if ctx.is_main else None

@@ -67,12 +67,34 @@ def broadcast_weights(model: nn.Module, full_state: dict[str, torch.Tensor] | No
     into each rank's shards, and its buffers (RoPE tables and the like, which no state dict holds) whole."""
     if ctx.rank != 0:  # storage for this rank's shards only (on the CPU where FSDP keeps them offloaded)
         model.to_empty(device=torch.device("cpu") if cfg.cpu_offload else ctx.device)
-    set_model_state_dict(model, full_state or {}, options=FROM_RANK0)
-    for module in model.modules():
-        for name, buffer in module.named_buffers(recurse=False):
-            on_device = buffer.to(ctx.device)  # FSDP keeps buffers on the worker's device, offloaded or not
-            dist.broadcast(on_device, src=0)
-            setattr(module, name, on_device)
+    with buffers_beside_shards(model):
+        set_model_state_dict(model, full_state or {}, options=FROM_RANK0)
+    for module, name, buffer in buffers_of(model):
+        on_device = buffer.to(ctx.device)  # FSDP keeps buffers on the worker's device, offloaded or not
+        dist.broadcast(on_device, src=0)
+        setattr(module, name, on_device)
+
+
+def buffers_of(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    return [(module, name, buffer)
+            for module in model.modules() for name, buffer in module.named_buffers(recurse=False)]
+
+
+@contextlib.contextmanager
+def buffers_beside_shards(model: nn.Module) -> Iterator[None]:
+    """The buffers on the device of the parameters' shards for the length of the block, then back where they
+    were: loading a full state dict (set_model_state_dict) wants all of a model's tensors on one device, and
+    under --cpu-offload FSDP keeps the shards on the CPU but the buffers (BatchNorm's statistics) on the GPU."""
+    home = next((p.to_local().device if hasattr(p, "to_local") else p.device for p in model.parameters()), None)
+    moved = [(module, name, buffer.device) for module, name, buffer in buffers_of(model)
+             if home is not None and buffer.device != home]
+    for module, name, _ in moved:
+        setattr(module, name, getattr(module, name).to(home))
+    try:
+        yield
+    finally:
+        for module, name, device in moved:
+            setattr(module, name, getattr(module, name).to(device))
 
 
 def device_mesh(cfg: TrainConfig, ctx: DistContext) -> DeviceMesh:
@@ -124,7 +146,8 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict
 
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim: dict) -> None:
     """The inverse of full_state, on every rank from the same (whole) checkpoint: each keeps its shard."""
-    set_model_state_dict(model, model_state, options=StateDictOptions(full_state_dict=True))
+    with buffers_beside_shards(model):
+        set_model_state_dict(model, model_state, options=StateDictOptions(full_state_dict=True))
     names = _param_names(model, optimizer)
     by_name = {"state": {names[i]: s for i, s in optim["state"].items()},
                "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in optim["param_groups"]]}
