@@ -25,7 +25,7 @@ TOLERANCE = 1e-5
 
 def run(folder: Path, world: int = 2, resume: Path | None = None, **settings) -> list[Path]:
     """Train in `world` processes; the checkpoints rank 0 kept, oldest first."""
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     mp.start_processes(strategy_rank, args=(world, free_port(), str(folder), {**SGD, **settings},
                                             str(resume) if resume else None), nprocs=world, start_method="spawn")
     return sorted(folder.glob("checkpoint_*"))
@@ -130,12 +130,14 @@ def test_sharded_checkpoints_resume_under_ddp_and_on_one_process(tmp_path):
 
 def test_sharded_checkpoints_written_in_the_background_hold_their_steps_state(tmp_path):
     """--checkpoint-async: DCP writes from a copy while training goes on, and the folder is completed after;
-    each checkpoint holds exactly what the synchronous run's holds at the same step."""
+    each checkpoint holds exactly what the synchronous run's holds at the same step. A write an earlier session
+    left half-done in the run folder is removed."""
     settings = {"strategy": "fsdp", "checkpoint_format": "sharded", "epochs": 2}
     sync = run(tmp_path / "sync", **settings)
+    (tmp_path / "async" / ".partial-sharded-step7" / "shards").mkdir(parents=True)
     background = run(tmp_path / "async", checkpoint_async=True, **settings)
     assert len(sync) == len(background) == 2
-    assert not list((tmp_path / "async").glob(".*sharded*"))  # every folder completed and moved
+    assert not list((tmp_path / "async").glob(".*sharded*"))  # every folder completed and moved, none left
     cfg = TrainConfig(**SGD, epochs=2)
     loaders, meta = build_loaders(cfg, DistContext(), {})
     for written, reference in zip(background, sync, strict=True):

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import random
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -147,9 +148,7 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
     loaders, meta = build_loaders(cfg, ctx, user)
     state = build_state(cfg, ctx, loaders, meta, user)
     if cfg.checkpoint_format == "sharded" and ctx.distributed and run_dir is not None:
-        state.sharded_dir = Path(run_dir)  # one folder every rank writes to (else: the full format)
-        if cfg.checkpoint_async:  # DCP's background writes coordinate over a group training does not use
-            state.checkpoint_group = dist.new_group(backend="gloo")
+        prepare_sharded_checkpoints(state, cfg, ctx, Path(run_dir))
     if resume_from is not None:
         restore(state, resume_from, cfg)
         log.info("resumed at epoch %d, step %d", state.position.epoch, state.position.step)
@@ -161,7 +160,23 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
         return flops_per_sample(lambda: build_model(cfg.model, meta, cfg, user), loaders.train.dataset,
                                 state.objective)
 
-    return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main),
-                      count_flops if ctx.is_main and cfg.telemetry else None)  # the rows are rank 0's
+    try:
+        return train_loop(state, loaders, cfg, ctx, reporter, StepProfiler(cfg.profile_steps, run_dir, ctx.is_main),
+                          count_flops if ctx.is_main and cfg.telemetry else None)  # the rows are rank 0's
+    finally:
+        if state.checkpoint_group is not None:  # a warm group's worker runs many jobs: one group each, ended
+            dist.destroy_process_group(state.checkpoint_group)
+
+
+def prepare_sharded_checkpoints(state: TrainState, cfg: TrainConfig, ctx: DistContext, run_dir: Path) -> None:
+    """One folder every rank writes its shards to (else: the full format); for --checkpoint-async, the process
+    group of DCP's background writes (gloo: one training does not use). Rank 0 removes what an earlier session
+    left half-done there (a checkpoint cut short by a failure is never resumed from: it has no checkpoint_ name)."""
+    state.sharded_dir = run_dir
+    if cfg.checkpoint_async:
+        state.checkpoint_group = dist.new_group(backend="gloo")
+    if ctx.is_main:
+        for leftover in [*run_dir.glob(".partial-sharded-step*"), *run_dir.glob(".sharded-step*")]:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
