@@ -5,6 +5,7 @@ This is the thin entry every launcher calls, torchtitan-style: parse -> build ->
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -165,6 +166,8 @@ def run_training(cfg: TrainConfig, ctx: DistContext, reporter: Reporter,
                           count_flops if ctx.is_main and cfg.telemetry else None)  # the rows are rank 0's
     finally:
         if state.checkpoint_group is not None:  # a warm group's worker runs many jobs: one group each, ended
+            with contextlib.suppress(Exception):  # a job that failed: its last write may have failed too
+                state.wait_for_background_save()  # that write's collectives use the group
             dist.destroy_process_group(state.checkpoint_group)
 
 
