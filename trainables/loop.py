@@ -198,11 +198,7 @@ def sharded_checkpoint(state: TrainState, cfg: TrainConfig, ctx: DistContext,
     assert state.sharded_dir is not None
     state.wait_for_background_save()  # one at a time: the last one's shards are on disk before these start
     partial = state.sharded_dir / f".partial-sharded-step{state.position.step}"
-    folder = state.sharded_dir / f".sharded-step{state.position.step}"
-    if ctx.is_main:  # a try cut short before (a restart at this step) left these
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.rmtree(folder, ignore_errors=True)
-    dist.barrier()
+    folder = state.sharded_dir / f".sharded-step{state.position.step}"  # new: see prepare_sharded_checkpoints
     rest = state.rest_state(cfg) if ctx.is_main else None
     if background:
         state.background_save = save_sharded_async(state.model, state.optimizer, rest, partial, folder,
