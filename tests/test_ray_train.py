@@ -243,6 +243,20 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
     assert controller_env_in_place()
 
 
+def test_an_embedded_raylet_starts_a_launchs_worker_processes_together(ray_local):
+    # Ray's raylet starts one worker process per CPU at a time: on 2 CPUs the second training worker waited
+    # for the synchronization actor's process. The cap is raised through the raylet's command line, which the
+    # stand-in rewrites: a Ray that renamed the flag would leave the cap as it was, caught here.
+    from ray._private import ray_constants
+
+    from orchestrator.raytrain.session import STARTING_AT_ONCE
+
+    raylet = ray_local._private.worker._global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0]
+    command = Path(f"/proc/{raylet.process.pid}/cmdline").read_bytes().decode().split("\0")
+    at_once = max(int(ray_local.cluster_resources()["CPU"]), STARTING_AT_ONCE)
+    assert f"--maximum_startup_concurrency={at_once}" in command, [c for c in command if "concurr" in c]
+
+
 def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
     from orchestrator.raytrain.embedded import held_env_only  # deferred: as the module's others
 

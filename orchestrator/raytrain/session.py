@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cluster.plan import group_resource
 from cluster.spec import ClusterSpec
@@ -31,6 +31,11 @@ WARN_BLOCKING_ENV, WARN_BLOCKING = "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0"
 PROMPT_CONNECT = {"RAY_raylet_client_connect_timeout_milliseconds": "100",
                   "RAY_raylet_client_num_connect_attempts": "100"}
 RAYLET_START_S = 30  # how long ray.init waits for the raylet it started to register (Ray 2.60's, in Node)
+# How many worker processes the raylet of an embedded Ray starts at a time. Ray's cap is one per CPU, against
+# a storm of task workers; a launch starts a few processes it needs at the same moment (its training workers
+# and Ray Train's synchronization actor), and on 2 CPUs the second worker waited for the actor's process to
+# start, and the process group for it (0.2-1.4 s of a 9-10 s start, 5 alternated pairs).
+STARTING_AT_ONCE = 8
 # The node start_local started and the environment its processes inherit from this driver.
 _embedded: tuple[object, dict[str, str]] | None = None
 
@@ -98,7 +103,8 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     token_on()
     here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
-    prompt = [(ray_services, "get_node", get_node_promptly)]
+    prompt = [(ray_services, "get_node", get_node_promptly),
+              (ray_services, "start_ray_process", starting_workers_at_once(head.cpus))]
     with environment({**(worker_env or {}), **PROMPT_CONNECT, "PYTHONPATH": here}) as env, \
             replaced([*skipped_head_parts(dashboard, verbose), *prompt]):
         ray.init(
@@ -157,6 +163,19 @@ def get_node_promptly(gcs_address: str, node_id: str) -> dict:
             break
         time.sleep(0.02)
     return _ray_get_node(gcs_address, node_id)
+
+
+def starting_workers_at_once(cpus: int) -> Callable[..., object]:
+    """Ray 2.60's services.start_ray_process, with the raylet's command given a cap on worker processes
+    starting at once of STARTING_AT_ONCE (or one per CPU, Ray's, where that is more)."""
+    start_ray_process = ray_services.start_ray_process
+    flag = "--maximum_startup_concurrency="
+
+    def start(command: list[str], process_type: str, *args, **kwargs) -> object:
+        if process_type == ray_constants.PROCESS_TYPE_RAYLET:
+            command = [f"{flag}{max(cpus, STARTING_AT_ONCE)}" if part.startswith(flag) else part for part in command]
+        return start_ray_process(command, process_type, *args, **kwargs)
+    return start
 
 
 @contextlib.contextmanager

@@ -36,6 +36,11 @@ from trainables.parallel.blocks import blocks_of
 from trainables.parallel.meta_init import meta_init
 
 _PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: around the float8 matmuls
+# BatchNorm's weights stay float32 under --precision bf16/fp16, as its running statistics are: the kernel
+# takes low-precision inputs with float32 weights and statistics, not low-precision weights with float32
+# statistics. FSDP1 does the same (MixedPrecision's _module_classes_to_ignore: each BatchNorm a unit of its
+# own in full precision); its input is left as it comes, so its output keeps the precision of the layers around it.
+NORM_PRECISION = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=False)
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0's CPU
 FROM_RANK0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
 
@@ -53,12 +58,22 @@ def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy, "offload_policy": offload}
     from_rank0 = meta_init(cfg, ctx)
     full_state = model.state_dict() if from_rank0 and ctx.rank == 0 else None  # rank 0's weights, whole
+    # inner units first: fully_shard leaves a submodule already sharded to its own unit
+    for norm in batch_norms(model) if policy.param_dtype else []:
+        fully_shard(norm, reshard_after_forward=cfg.reshard_after_forward,
+                    **{**options, "mp_policy": NORM_PRECISION})
     for block in blocks_of(model):
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **options)
     fully_shard(model, reshard_after_forward=False, **options)  # the root's parameters are needed at once in backward
     if from_rank0:
         broadcast_weights(model, full_state, cfg, ctx)
     return model
+
+
+def batch_norms(model: nn.Module) -> list[nn.Module]:
+    """The model's BatchNorm layers (their parameters: see NORM_PRECISION)."""
+    return [module for module in model.modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and any(True for _ in module.parameters(recurse=False))]
 
 
 def broadcast_weights(model: nn.Module, full_state: dict[str, torch.Tensor] | None, cfg: TrainConfig,
