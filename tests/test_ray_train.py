@@ -243,18 +243,20 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
     assert controller_env_in_place()
 
 
-def test_an_embedded_raylet_starts_a_launchs_worker_processes_together(ray_local):
-    # Ray's raylet starts one worker process per CPU at a time: on 2 CPUs the second training worker waited
-    # for the synchronization actor's process. The cap is raised through the raylet's command line, which the
-    # stand-in rewrites: a Ray that renamed the flag would leave the cap as it was, caught here.
+def test_an_embedded_raylets_command_line_carries_the_worker_start_flags(ray_local):
+    # Ray's raylet starts one worker process per CPU at a time (on 2 CPUs the second training worker waited
+    # for the synchronization actor's process) and prestarts one per CPU; a launch has it prestart all it
+    # needs. Both through the raylet's command line, which a stand-in rewrites: a Ray that renamed a flag
+    # would leave it as it was, caught here.
     from ray._private import ray_constants
 
     from orchestrator.raytrain.session import STARTING_AT_ONCE
 
     raylet = ray_local._private.worker._global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0]
     command = Path(f"/proc/{raylet.process.pid}/cmdline").read_bytes().decode().split("\0")
-    at_once = max(int(ray_local.cluster_resources()["CPU"]), STARTING_AT_ONCE)
-    assert f"--maximum_startup_concurrency={at_once}" in command, [c for c in command if "concurr" in c]
+    cpus = int(ray_local.cluster_resources()["CPU"])  # start_local with no count: Ray's, one per CPU
+    assert {f"--maximum_startup_concurrency={max(cpus, STARTING_AT_ONCE)}",
+            f"--num_prestart_python_workers={cpus}"} <= set(command), [c for c in command if "=" not in c[:3]]
 
 
 def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
@@ -275,6 +277,8 @@ def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     # monitor. Its workers need no runtime env (Ray would start each through a second Python, setup_worker.py,
     # after a round trip to its runtime-env agent): every variable they need is in every process of that
     # Ray already. Read from that Ray's own session logs (each process's log file, each actor's first line).
+    from orchestrator.launcher.launch import OWN_GROUP_ACTORS  # deferred: as the module's others
+
     started = time.time()
     proc = run_cli("launch", "--workers", "1", "--max-steps", "2", "--batch-size", "16", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -284,6 +288,9 @@ def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     actors = [line.split(":actor_name:")[1].strip() for out in logs.glob("worker-*.out")
               for line in out.read_text().splitlines()[:3] if ":actor_name:" in line]
     assert "EmbeddedController" in actors and "MetricsSink" in actors and "RayTrainWorker" in actors
+    # every worker process Ray started (the launch's actors, all started as the driver connected) ran one:
+    # none killed for idling beyond Ray's one per CPU while the driver went on, then started again
+    assert len(actors) == len(list(logs.glob("worker-*.out"))) == 1 + OWN_GROUP_ACTORS, actors
     assert not list(logs.glob("runtime_env_setup-*")), sorted(p.name for p in logs.iterdir())
     assert not [name for name in actors if "Autoscaling" in name], actors
     started_processes = {path.name.split(".")[0] for path in logs.iterdir()}

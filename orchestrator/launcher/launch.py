@@ -32,6 +32,9 @@ from trainables.peaks import peak_tflops_of
 
 log = logging.getLogger(__name__)
 OWN_GROUP = "orchestrator.launcher.own_group"  # imported as the launch starts an embedded Ray
+# The processes a group of its own runs beside its workers: the run's metrics sink, Ray Train's controller
+# and its synchronization actor (an embedded Ray starts them all as the driver connects: see start_local)
+OWN_GROUP_ACTORS = 3
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
 STATE_FILE = "state.json"  # in every run folder that ended: how
 
@@ -128,7 +131,8 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     if address is None:
         import_while_ray_starts(OWN_GROUP)
     try:
-        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env):
+        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env,
+                                          the_plan.workers + OWN_GROUP_ACTORS):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)

@@ -32,9 +32,8 @@ PROMPT_CONNECT = {"RAY_raylet_client_connect_timeout_milliseconds": "100",
                   "RAY_raylet_client_num_connect_attempts": "100"}
 RAYLET_START_S = 30  # how long ray.init waits for the raylet it started to register (Ray 2.60's, in Node)
 # How many worker processes the raylet of an embedded Ray starts at a time. Ray's cap is one per CPU, against
-# a storm of task workers; a launch starts a few processes it needs at the same moment (its training workers
-# and Ray Train's synchronization actor), and on 2 CPUs the second worker waited for the actor's process to
-# start, and the process group for it (0.2-1.4 s of a 9-10 s start, 5 alternated pairs).
+# a storm of task workers; a launch needs a few processes at the same moment (its training workers and Ray
+# Train's synchronization actor), and on 2 CPUs the second worker waited for the actor's process to start.
 STARTING_AT_ONCE = 8
 # The node start_local started and the environment its processes inherit from this driver.
 _embedded: tuple[object, dict[str, str]] | None = None
@@ -89,10 +88,12 @@ def token_on() -> None:
 
 
 def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True,
-                worker_env: dict[str, str] | None = None) -> None:
+                worker_env: dict[str, str] | None = None, processes: int = 0) -> None:
     """Ray on this machine for this driver. Every process of it starts with `worker_env` (a launch's plan:
     its NCCL/gloo variables) and with the driver's working directory first on PYTHONPATH, as `python -m`
-    has it on the driver's path: workers that need no more get no runtime env (see held_env_only)."""
+    has it on the driver's path: workers that need no more get no runtime env (see held_env_only).
+    `processes`: the worker processes the job will use (its actors), started as the driver connects and
+    kept until used (see prestarting); Ray's own is one per CPU."""
     head = spec.head
     bind_to_loopback()
     # One node that no cloud can reclaim: Ray Train's preemption watcher (an actor, a process per launch,
@@ -104,8 +105,9 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
     prompt = [(ray_services, "get_node", get_node_promptly),
-              (ray_services, "start_ray_process", starting_workers_at_once(head.cpus))]
-    with environment({**(worker_env or {}), **PROMPT_CONNECT, "PYTHONPATH": here}) as env, \
+              (ray_services, "start_ray_process", prestarting(max(head.cpus, processes)))]
+    kept_idle = {"RAY_num_workers_soft_limit": str(processes)} if processes > head.cpus else {}
+    with environment({**(worker_env or {}), **PROMPT_CONNECT, **kept_idle, "PYTHONPATH": here}) as env, \
             replaced([*skipped_head_parts(dashboard, verbose), *prompt]):
         ray.init(
             num_cpus=head.cpus,
@@ -165,15 +167,23 @@ def get_node_promptly(gcs_address: str, node_id: str) -> dict:
     return _ray_get_node(gcs_address, node_id)
 
 
-def starting_workers_at_once(cpus: int) -> Callable[..., object]:
-    """Ray 2.60's services.start_ray_process, with the raylet's command given a cap on worker processes
-    starting at once of STARTING_AT_ONCE (or one per CPU, Ray's, where that is more)."""
+def prestarting(processes: int) -> Callable[..., object]:
+    """Ray 2.60's services.start_ray_process, the raylet's command changed: `processes` worker processes
+    started as the first driver connects (Ray's: one per CPU), and up to STARTING_AT_ONCE of them (or all)
+    starting at once. A launch's actors then find a process started and Ray imported while the driver went
+    on (~0.5 s of CPU each), rather than wait for one. The raylet kills an idle worker beyond its soft limit
+    (one per CPU) after a second: start_local raises that limit with the count."""
     start_ray_process = ray_services.start_ray_process
-    flag = "--maximum_startup_concurrency="
+    flags = {"--num_prestart_python_workers=": processes,
+             "--maximum_startup_concurrency=": max(processes, STARTING_AT_ONCE)}
+
+    def changed(part: str) -> str:
+        flag = next((flag for flag in flags if part.startswith(flag)), None)
+        return f"{flag}{flags[flag]}" if flag else part
 
     def start(command: list[str], process_type: str, *args, **kwargs) -> object:
         if process_type == ray_constants.PROCESS_TYPE_RAYLET:
-            command = [f"{flag}{max(cpus, STARTING_AT_ONCE)}" if part.startswith(flag) else part for part in command]
+            command = [changed(part) for part in command]
         return start_ray_process(command, process_type, *args, **kwargs)
     return start
 
@@ -219,17 +229,17 @@ def join(address: str, verbose: bool = True) -> None:
 
 @contextlib.contextmanager
 def ray_session(spec: ClusterSpec, address: str | None, dashboard: bool = False,
-                verbose: bool = True, worker_env: dict[str, str] | None = None) -> Iterator[None]:
+                verbose: bool = True, worker_env: dict[str, str] | None = None, processes: int = 0) -> Iterator[None]:
     """Ray for the length of a launch. A Ray this process already holds is reused and left running. Not
     `verbose`: the workers' output stays in their log files (Ray forwards none of it) and Ray's own INFO lines
     on this driver are not printed, so the terminal holds the run's bar, lines and errors. An embedded Ray
-    starts every process with `worker_env` (see start_local)."""
+    starts every process with `worker_env` and `processes` worker processes at once (see start_local)."""
     with driver_logs(verbose):
         if ray.is_initialized():
             yield
             return
         if address is None:
-            start_local(spec, dashboard, verbose, worker_env)
+            start_local(spec, dashboard, verbose, worker_env, processes)
         else:
             join(address, verbose)
         try:
