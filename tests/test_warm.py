@@ -71,9 +71,10 @@ def test_desk_frees_a_group_whose_client_went_silent():
     assert desk.next_job(0.1) == Closed("over")
 
 
-def test_a_job_that_fails_by_its_own_fault_ends_with_its_error_and_a_bug_propagates(tmp_path):
+def test_a_job_that_fails_by_its_own_fault_ends_with_its_error_and_a_bug_propagates(tmp_path, ray_local):
     """What lets a warm group serve on: JobErrors (raised alike on every rank) end the job, anything else
-    fails the group. A resume whose every checkpoint is corrupt is the job's error, not the group's."""
+    fails the group. A resume whose every checkpoint is corrupt is the job's error, not the group's.
+    (ray_local: run_job asks Ray for this node, which would start a Ray of its own, and the fixture's then fail.)"""
     ctx = DistContext()
     assert run_job(Job(name="ok", train=TINY), ctx, LocalReporter()) == Ended("done")
 
