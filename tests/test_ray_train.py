@@ -246,17 +246,24 @@ def test_on_an_embedded_ray_the_controller_needs_no_runtime_env(ray_local):
 def test_an_embedded_raylets_command_line_carries_the_worker_start_flags(ray_local):
     # Ray's raylet starts one worker process per CPU at a time (on 2 CPUs the second training worker waited
     # for the synchronization actor's process) and prestarts one per CPU; a launch has it prestart all it
-    # needs. Both through the raylet's command line, which a stand-in rewrites: a Ray that renamed a flag
-    # would leave it as it was, caught here.
+    # needs, through the raylet's command line, which a stand-in rewrites (session.prestarting): a Ray that
+    # renamed a flag would leave it as it was, caught here on the Ray of the tests (Ray's own values).
     from ray._private import ray_constants
 
-    from orchestrator.raytrain.session import STARTING_AT_ONCE
+    from orchestrator.raytrain.session import STARTING_AT_ONCE, prestarting
 
     raylet = ray_local._private.worker._global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0]
     command = Path(f"/proc/{raylet.process.pid}/cmdline").read_bytes().decode().split("\0")
-    cpus = int(ray_local.cluster_resources()["CPU"])  # start_local with no count: Ray's, one per CPU
-    assert {f"--maximum_startup_concurrency={max(cpus, STARTING_AT_ONCE)}",
-            f"--num_prestart_python_workers={cpus}"} <= set(command), [c for c in command if "=" not in c[:3]]
+    cpus = int(ray_local.cluster_resources()["CPU"])
+    flags = {f"--maximum_startup_concurrency={min(os.cpu_count() or 1, cpus)}", f"--num_prestart_python_workers={cpus}"}
+    assert flags <= set(command), [c for c in command if "startup" in c or "prestart" in c]
+    started = []
+    start = prestarting(cpus + 3, lambda command, process_type, *args, **kwargs: started.append(command))
+    start(command, ray_constants.PROCESS_TYPE_RAYLET)
+    start(["gcs_server", "--num_prestart_python_workers=1"], ray_constants.PROCESS_TYPE_GCS_SERVER)
+    assert {f"--maximum_startup_concurrency={max(cpus + 3, STARTING_AT_ONCE)}",
+            f"--num_prestart_python_workers={cpus + 3}"} <= set(started[0])
+    assert len(started[0]) == len(command) and started[1] == ["gcs_server", "--num_prestart_python_workers=1"]
 
 
 def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
@@ -288,9 +295,12 @@ def test_a_quiet_launch_on_an_embedded_ray_starts_only_what_it_uses(tmp_path):
     actors = [line.split(":actor_name:")[1].strip() for out in logs.glob("worker-*.out")
               for line in out.read_text().splitlines()[:3] if ":actor_name:" in line]
     assert "EmbeddedController" in actors and "MetricsSink" in actors and "RayTrainWorker" in actors
-    # every worker process Ray started (the launch's actors, all started as the driver connected) ran one:
-    # none killed for idling beyond Ray's one per CPU while the driver went on, then started again
-    assert len(actors) == len(list(logs.glob("worker-*.out"))) == 1 + OWN_GROUP_ACTORS, actors
+    # the launch's actors, all in processes started as the driver connected: none killed for idling beyond
+    # Ray's one per CPU while the driver went on, then started again (on more CPUs than actors, Ray's own
+    # one per CPU are started, the rest idle)
+    cpus = os.cpu_count() or 1
+    assert len(actors) == 1 + OWN_GROUP_ACTORS, actors
+    assert len(list(logs.glob("worker-*.out"))) == max(cpus, 1 + OWN_GROUP_ACTORS), actors
     assert not list(logs.glob("runtime_env_setup-*")), sorted(p.name for p in logs.iterdir())
     assert not [name for name in actors if "Autoscaling" in name], actors
     started_processes = {path.name.split(".")[0] for path in logs.iterdir()}

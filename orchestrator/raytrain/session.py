@@ -35,6 +35,7 @@ RAYLET_START_S = 30  # how long ray.init waits for the raylet it started to regi
 # a storm of task workers; a launch needs a few processes at the same moment (its training workers and Ray
 # Train's synchronization actor), and on 2 CPUs the second worker waited for the actor's process to start.
 STARTING_AT_ONCE = 8
+SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"  # idle worker processes the raylet keeps (Ray's: one per CPU)
 # The node start_local started and the environment its processes inherit from this driver.
 _embedded: tuple[object, dict[str, str]] | None = None
 
@@ -105,8 +106,8 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
     prompt = [(ray_services, "get_node", get_node_promptly),
-              (ray_services, "start_ray_process", prestarting(max(head.cpus, processes)))]
-    kept_idle = {"RAY_num_workers_soft_limit": str(processes)} if processes > head.cpus else {}
+              *([(ray_services, "start_ray_process", prestarting(processes))] if processes > head.cpus else [])]
+    kept_idle = {SOFT_LIMIT_ENV: str(processes)} if processes > head.cpus and SOFT_LIMIT_ENV not in os.environ else {}
     with environment({**(worker_env or {}), **PROMPT_CONNECT, **kept_idle, "PYTHONPATH": here}) as env, \
             replaced([*skipped_head_parts(dashboard, verbose), *prompt]):
         ray.init(
@@ -167,13 +168,13 @@ def get_node_promptly(gcs_address: str, node_id: str) -> dict:
     return _ray_get_node(gcs_address, node_id)
 
 
-def prestarting(processes: int) -> Callable[..., object]:
+def prestarting(processes: int, start_ray_process: Callable[..., object] | None = None) -> Callable[..., object]:
     """Ray 2.60's services.start_ray_process, the raylet's command changed: `processes` worker processes
     started as the first driver connects (Ray's: one per CPU), and up to STARTING_AT_ONCE of them (or all)
     starting at once. A launch's actors then find a process started and Ray imported while the driver went
     on (~0.5 s of CPU each), rather than wait for one. The raylet kills an idle worker beyond its soft limit
     (one per CPU) after a second: start_local raises that limit with the count."""
-    start_ray_process = ray_services.start_ray_process
+    start_ray_process = start_ray_process or ray_services.start_ray_process
     flags = {"--num_prestart_python_workers=": processes,
              "--maximum_startup_concurrency=": max(processes, STARTING_AT_ONCE)}
 

@@ -8,8 +8,12 @@ blocks without parameters, and blocks that share a parameter with another (GPT's
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import itertools
 import sys
 from collections import Counter
+from collections.abc import Iterator
 
 import torch
 import torch.utils.checkpoint
@@ -49,16 +53,53 @@ def checkpoint_activations(model: nn.Module, mode: str) -> None:
         return
     chosen = blocks_of(model)[:: 2 if mode == "selective" else 1]
     for block in chosen:
-        block.forward = _recomputed(block.forward, saving_ops if mode == "op" else None)
+        block.forward = _recomputed(block.forward, saving_ops if mode == "op" else None, batch_norms_in(block))
 
 
-def _recomputed(forward, context_fn=None):  # noqa: ANN001, ANN202 (any module's forward)
+def _recomputed(forward, context_fn=None, norms: list[nn.Module] = ()):  # noqa: ANN001, ANN202 (any forward)
     options = {"context_fn": context_fn} if context_fn else {}
 
     def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
+        calls = itertools.count()  # checkpoint calls `once` for the forward, and again to recompute it
+        # compiled, the recompute is the backward graph's, which repeats no buffer update
+        spares = [] if not norms or torch.compiler.is_compiling() else spare_statistics(norms)
+
+        def once(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            if not spares or next(calls) == 0:
+                return forward(*args, **kwargs)
+            with statistics_swapped(norms, spares):
+                return forward(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(once, *args, use_reentrant=False, **options, **kwargs)
 
     return run
+
+
+STATISTICS = ("running_mean", "running_var", "num_batches_tracked")  # a BatchNorm's buffers its forward updates
+
+
+def batch_norms_in(block: nn.Module) -> list[nn.Module]:
+    return [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+
+def spare_statistics(norms: list[nn.Module]) -> list[torch.Tensor]:
+    """Copies of the norms' running statistics, made outside the checkpointed region (per-op checkpointing
+    replays the ops inside it, and a copy made only in the recompute would be one it never saw)."""
+    return [getattr(norm, name).clone() for norm in norms for name in STATISTICS]
+
+
+@contextlib.contextmanager
+def statistics_swapped(norms: list[nn.Module], spares: list[torch.Tensor]) -> Iterator[None]:
+    """A recompute's BatchNorm: the same ops, on spare running statistics, so that the batch is not folded into
+    the real ones (nor counted) a second time; the forward's update stands."""
+    slots = [(norm, name) for norm in norms for name in STATISTICS]
+    kept = [getattr(norm, name) for norm, name in slots]
+    for (norm, name), spare in zip(slots, spares, strict=True):
+        setattr(norm, name, spare)
+    try:
+        yield
+    finally:
+        for (norm, name), buffer in zip(slots, kept, strict=True):
+            setattr(norm, name, buffer)
 
 
 # What per-op checkpointing keeps: the outputs of the ops that cost compute (matmuls, attention) or traffic (a
@@ -76,9 +117,32 @@ SAVED_OPS = {
 }
 
 
+# What per-op checkpointing leaves out of its replay: the profiler's range markers and FSDP's parameter
+# bookkeeping (all-gather, copy in/out), which carry no activation. FSDP runs them inside a block for a unit
+# of its own there (a BatchNorm in float32 under --precision bf16: see fsdp.NORM_PRECISION), and not as many
+# times in the recompute as in the forward (FSDP prefetches in backward), which the replay refuses ("invocation
+# index N encountered during backward but not found in storage"). Left out, they just run each time.
+UNREPLAYED_OPS = {
+    torch.ops.profiler._record_function_enter.default,
+    torch.ops.profiler._record_function_enter_new.default,
+    torch.ops.profiler._record_function_exit.default,
+    torch.ops.profiler._record_function_exit._RecordFunction,
+}
+
+
+def unreplayed_ops() -> set:
+    ops = set(UNREPLAYED_OPS)
+    if torch.distributed.is_available():  # registered by FSDP2's module (and c10d's), which a sharded run imports
+        importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_collectives")  # defines torch.ops.fsdp
+        ops |= {torch.ops.fsdp.all_gather_copy_in.default, torch.ops.fsdp.split_with_sizes_copy.default,
+                torch.ops.fsdp.chunk_cat.default, torch.ops.fsdp.copy_.default, torch.ops.c10d._allgather_base_.default}
+    return ops
+
+
 def saving_ops() -> tuple:
     """A block's per-op policy, for torch.utils.checkpoint's context_fn (called at each forward)."""
     decision = torch.utils.checkpoint.CheckpointPolicy
+    torch.utils.checkpoint.SAC_IGNORED_OPS.update(unreplayed_ops())  # torch's own set (public): the process's
 
     def policy(ctx, func, *args, **kwargs) -> decision:  # noqa: ANN001, ANN002, ANN003
         return decision.MUST_SAVE if func in SAVED_OPS else decision.PREFER_RECOMPUTE

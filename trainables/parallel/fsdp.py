@@ -59,10 +59,11 @@ def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module
     from_rank0 = meta_init(cfg, ctx)
     full_state = model.state_dict() if from_rank0 and ctx.rank == 0 else None  # rank 0's weights, whole
     # inner units first: fully_shard leaves a submodule already sharded to its own unit
-    for norm in batch_norms(model) if policy.param_dtype else []:
+    norms = batch_norms(model) if policy.param_dtype else []
+    for norm in norms:
         fully_shard(norm, reshard_after_forward=cfg.reshard_after_forward,
                     **{**options, "mp_policy": NORM_PRECISION})
-    for block in blocks_of(model):
+    for block in [b for b in blocks_of(model) if all(b is not norm for norm in norms)]:  # a unit once
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **options)
     fully_shard(model, reshard_after_forward=False, **options)  # the root's parameters are needed at once in backward
     if from_rank0:
