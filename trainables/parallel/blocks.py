@@ -60,12 +60,14 @@ def _recomputed(forward, context_fn=None, norms: list[nn.Module] = ()):  # noqa:
     options = {"context_fn": context_fn} if context_fn else {}
 
     def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        calls = itertools.count()  # checkpoint calls `once` for the forward, and again to recompute it
         # compiled, the recompute is the backward graph's, which repeats no buffer update
-        spares = [] if not norms or torch.compiler.is_compiling() else spare_statistics(norms)
+        if not norms or torch.compiler.is_compiling():
+            return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
+        calls = itertools.count()  # checkpoint calls `once` for the forward, and again to recompute it
+        spares = spare_statistics(norms)
 
         def once(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            if not spares or next(calls) == 0:
+            if next(calls) == 0:
                 return forward(*args, **kwargs)
             with statistics_swapped(norms, spares):
                 return forward(*args, **kwargs)
