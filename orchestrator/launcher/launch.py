@@ -131,8 +131,9 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
     if address is None:
         import_while_ray_starts(OWN_GROUP)
     try:
-        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env,
-                                          the_plan.workers + OWN_GROUP_ACTORS):
+        # workers under Nsight have a runtime env of their own: a prestarted process cannot serve them
+        prestart = OWN_GROUP_ACTORS + (0 if cfg.nsys else the_plan.workers)
+        with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env, prestart):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:
                 new_rows, checkpoint = run_on_pool(cfg, job, run_dir)
