@@ -168,11 +168,16 @@ def test_pbt_continues_trials_from_others_weights_with_their_new_lr(ray_local, i
     last = {e[0]: e for e in exploits}
     mid_run = [e for e in last.values() if e[3] < 6]
     assert mid_run, f"PBT cloned no trial mid-run: {exploits}"
+    checked = 0
     for target, _, _, donor_iter, _, new in mid_run:
         number = int(target.split("_")[0])  # the target's tag, "1_lr=0.0003", starts with its trial number
         rows = trials[trials["trial"].str.endswith(f"_{number:05d}") & (trials["training_iteration"] > donor_iter)]
+        if rows.empty:  # Tune kept none of this trial's reports after that restore (1 run in ~8 here)
+            continue
         # the clone trains on from the donor's epoch with its own, mutated lr
         assert ((rows["lr"] - new["lr"]).abs() < 1e-12).any(), (target, new["lr"], rows[["lr", "step"]])
+        checked += 1
+    assert checked, f"no clone's reports after its restore: {exploits}"
     assert result.best_metric > 0.9
 
 
