@@ -105,11 +105,11 @@ def start_local(spec: ClusterSpec, dashboard: bool = False, verbose: bool = True
     token_on()
     here = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     started = time.perf_counter()
-    prompt = [(ray_services, "get_node", get_node_promptly),
-              *([(ray_services, "start_ray_process", prestarting(processes))] if processes > head.cpus else [])]
+    stand_ins = [(ray_services, "get_node", get_node_promptly),
+                 *([(ray_services, "start_ray_process", prestarting(processes))] if processes > head.cpus else [])]
     kept_idle = {SOFT_LIMIT_ENV: str(processes)} if processes > head.cpus and SOFT_LIMIT_ENV not in os.environ else {}
     with environment({**(worker_env or {}), **PROMPT_CONNECT, **kept_idle, "PYTHONPATH": here}) as env, \
-            replaced([*skipped_head_parts(dashboard, verbose), *prompt]):
+            replaced([*skipped_head_parts(dashboard, verbose), *stand_ins]):
         ray.init(
             num_cpus=head.cpus,
             num_gpus=head.gpus.count,
