@@ -52,6 +52,8 @@ def checkpoint_activations(model: nn.Module, mode: str) -> None:
     if mode == "none":
         return
     chosen = blocks_of(model)[:: 2 if mode == "selective" else 1]
+    if mode == "op":  # torch's own set (public), for the process: once, not at every block's forward
+        torch.utils.checkpoint.SAC_IGNORED_OPS.update(unreplayed_ops())
     for block in chosen:
         block.forward = _recomputed(block.forward, saving_ops if mode == "op" else None, batch_norms_in(block))
 
@@ -79,8 +81,13 @@ def _recomputed(forward, context_fn=None, norms: list[nn.Module] = ()):  # noqa:
 STATISTICS = ("running_mean", "running_var", "num_batches_tracked")  # a BatchNorm's buffers its forward updates
 
 
+def batch_norms(module: nn.Module) -> list[nn.Module]:
+    return [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
 def batch_norms_in(block: nn.Module) -> list[nn.Module]:
-    return [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    """Those whose forward updates running statistics."""
+    return [norm for norm in batch_norms(block) if norm.track_running_stats]
 
 
 def spare_statistics(norms: list[nn.Module]) -> list[torch.Tensor]:
@@ -144,7 +151,6 @@ def unreplayed_ops() -> set:
 def saving_ops() -> tuple:
     """A block's per-op policy, for torch.utils.checkpoint's context_fn (called at each forward)."""
     decision = torch.utils.checkpoint.CheckpointPolicy
-    torch.utils.checkpoint.SAC_IGNORED_OPS.update(unreplayed_ops())  # torch's own set (public): the process's
 
     def policy(ctx, func, *args, **kwargs) -> decision:  # noqa: ANN001, ANN002, ANN003
         return decision.MUST_SAVE if func in SAVED_OPS else decision.PREFER_RECOMPUTE

@@ -32,7 +32,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from groundwork.errors import ConfigError
 from trainables.config import TrainConfig
 from trainables.context import DistContext
-from trainables.parallel.blocks import blocks_of
+from trainables.parallel.blocks import batch_norms, blocks_of
 from trainables.parallel.meta_init import meta_init
 
 _PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: around the float8 matmuls
@@ -59,7 +59,7 @@ def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module
     from_rank0 = meta_init(cfg, ctx)
     full_state = model.state_dict() if from_rank0 and ctx.rank == 0 else None  # rank 0's weights, whole
     # inner units first: fully_shard leaves a submodule already sharded to its own unit
-    norms = batch_norms(model) if policy.param_dtype else []
+    norms = weighted_norms(model) if policy.param_dtype else []
     for norm in norms:
         fully_shard(norm, reshard_after_forward=cfg.reshard_after_forward,
                     **{**options, "mp_policy": NORM_PRECISION})
@@ -71,10 +71,9 @@ def wrap_fsdp(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module
     return model
 
 
-def batch_norms(model: nn.Module) -> list[nn.Module]:
-    """The model's BatchNorm layers (their parameters: see NORM_PRECISION)."""
-    return [module for module in model.modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
-            and any(True for _ in module.parameters(recurse=False))]
+def weighted_norms(model: nn.Module) -> list[nn.Module]:
+    """The model's BatchNorm layers that have weights (see NORM_PRECISION)."""
+    return [norm for norm in batch_norms(model) if any(True for _ in norm.parameters(recurse=False))]
 
 
 def broadcast_weights(model: nn.Module, full_state: dict[str, torch.Tensor] | None, cfg: TrainConfig,
