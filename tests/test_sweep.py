@@ -38,6 +38,17 @@ def test_asha_sweep_stops_trials_leaks_nothing_and_best_launches(ray_local, in_t
     assert {"param_lr", "param_batch_size", "val_acc", "step"} <= set(trials.columns)
     assert result.best_metric == pytest.approx(trials["val_acc"].max())
     assert (result.path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    # each trial's reports as a TensorBoard run of its own, read back with TensorBoard's reader; the only
+    # event files of the sweep (Tune's own TensorBoard logger is off)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # deferred: test-only
+
+    for trial, rows in trials.groupby("trial"):
+        board = EventAccumulator(str(result.path / "tb" / trial))
+        board.Reload()
+        val_acc = board.Scalars("val_acc")
+        assert [e.step for e in val_acc] == rows["step"].tolist()
+        assert [e.value for e in val_acc] == pytest.approx(rows["val_acc"].tolist(), rel=1e-6)
+    assert {p.relative_to(result.path).parts[0] for p in result.path.rglob("events.out.tfevents*")} == {"tb"}
 
     states = [pg["state"] for pg in ray_local.util.placement_group_table().values()]
     assert states and all(state == "REMOVED" for state in states), states

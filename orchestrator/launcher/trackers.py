@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from groundwork.errors import Interrupted
+from groundwork.tensorboard import TensorBoardRows
 from orchestrator.config import LaunchConfig
 from orchestrator.launcher.mlflow_rows import MlflowRows
-from orchestrator.launcher.tensorboard import TensorBoardRows
 
 Rows = Callable[[list[dict]], None]
 

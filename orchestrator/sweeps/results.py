@@ -1,5 +1,6 @@
 """A sweep's readable results: trials.parquet (one row per trial per report, with its hyperparameters),
-best.yaml (a launch config for `orchestrator launch --config`) and sweep.png (metric vs. step, best so far)."""
+best.yaml (a launch config for `orchestrator launch --config`), sweep.png (metric vs. step, best so far) and
+tb/ (each trial's reports as a TensorBoard run)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from typing import Any
 import pandas as pd
 
 from groundwork.plots import figure
+from groundwork.tensorboard import TensorBoardRows
 from orchestrator.config import LaunchConfig, write_launch_config
 from orchestrator.sweeps.config import SweepConfig
 
 TRIALS_FILE = "trials.parquet"
 BEST_FILE = "best.yaml"
 PLOT_FILE = "sweep.png"
+BOARD_DIR = "tb"
+# trials.parquet's columns that are no curve: the trial's settings (param_*) are constant, these say which
+# trial and how it ended, or are the x axis (see step_axis) or the time of the report
+NOT_CURVES = ("trial", "stopped_early", "error", "training_iteration", "time_total_s")
 
 
 def trial_rows(cfg: SweepConfig, results: Any) -> pd.DataFrame:
@@ -54,12 +60,29 @@ def write_results(cfg: SweepConfig, results: Any, best: LaunchConfig, sweep_dir:
     table.to_parquet(sweep_dir / TRIALS_FILE, index=False)
     write_launch_config(best, sweep_dir / BEST_FILE)
     plot_sweep(cfg, table, sweep_dir / PLOT_FILE)
+    write_boards(table, sweep_dir / BOARD_DIR)
     return table
 
 
+def step_axis(table: pd.DataFrame) -> str:
+    """Optimizer steps for the shared loop; Tune's report count for a train function that reports no step."""
+    return "step" if "step" in table and table["step"].notna().all() else "training_iteration"
+
+
+def write_boards(table: pd.DataFrame, folder: Path) -> None:
+    """Each trial's reports as a TensorBoard run of its own, tb/<trial>/ (`tensorboard --logdir
+    sweeps/<name>/tb`), written once the sweep is over; Tune's own TensorBoard logger would write them on
+    the sweep's driver at every report, on the CPUs the trials train on (see tuner.callbacks)."""
+    x = step_axis(table)
+    curves = [c for c in table.columns if c not in NOT_CURVES and not c.startswith("param_")]
+    for trial, rows in table.groupby("trial"):
+        board = TensorBoardRows(folder / str(trial))
+        board([{**row, "step": step} for row, step in zip(rows[curves].to_dict("records"), rows[x], strict=True)])
+        board.close()
+
+
 def plot_sweep(cfg: SweepConfig, table: pd.DataFrame, path: Path) -> None:
-    # x: optimizer steps for the shared loop; Tune's report count for a train function that reports no step
-    x = "step" if "step" in table and table["step"].notna().all() else "training_iteration"
+    x = step_axis(table)
     fig = figure(figsize=(11, 4), dpi=100)
     per_trial, so_far = fig.subplots(1, 2)
     for trial, rows in table.groupby("trial"):

@@ -10,6 +10,7 @@ import yaml
 
 from groundwork.errors import ConfigError
 from groundwork.plots import FIGURE_MODULE
+from groundwork.tensorboard import WRITER_MODULE
 from groundwork.yamlio import read_yaml, validate_doc
 from orchestrator.preflight import checked_plan
 from orchestrator.raytrain.session import import_while_ray_starts, ray_session
@@ -55,7 +56,8 @@ def sweep(config: str | Path | SweepConfig | None = None, resume: str | None = N
     if not resume:
         folder.mkdir(parents=True)
         (folder / SWEEP_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    import_while_ray_starts(FIGURE_MODULE)  # for the results written at the end (see write_results)
+    for module in (FIGURE_MODULE, WRITER_MODULE):  # for the results written at the end (see write_results)
+        import_while_ray_starts(module)
     # quiet: no live table, and the workers' output stays in their log files, as for `launch --quiet`
     with ThreadPoolExecutor(max_workers=1) as writer, ray_session(spec, address, verbose=not quiet):
         result = run_sweep(cfg, the_plan, folder, resume=resume is not None, quiet=quiet)
