@@ -20,6 +20,7 @@ from groundwork.errors import RunFailed
 from trainables.checkpoint import checkpoints_in, verify
 from trainables.config import TrainConfig
 from trainables.local import train_locally
+from trainables.metrics import LOOP_METRICS
 
 DIGITS = {"model": "digits-cnn", "workers": 2, "quiet": True}
 
@@ -38,6 +39,8 @@ def test_two_workers_reach_90_percent_and_write_results(three_epochs):
     assert run.metrics["val_acc"] >= 0.90
     frame = pd.read_parquet(run.path / "metrics.parquet")
     assert {"step", "epoch", "loss", "samples_per_s", "lr", "val_acc"} <= set(frame.columns)
+    # every figure a sweep over the loop may name as its metric, and no other (stragglers: rank numbers)
+    assert set(frame.columns) - {"stragglers"} <= LOOP_METRICS
     assert frame["step"].is_monotonic_increasing and frame["step"].iloc[-1] == 66  # 3 x (1437 // 2 // 32)
     assert frame["val_acc"].dropna().iloc[-1] == pytest.approx(run.metrics["val_acc"])
     # host telemetry of both ranks at each log point: plausible, and the extreme's rank named

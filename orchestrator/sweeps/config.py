@@ -3,12 +3,17 @@ algorithm and the scheduler. Validated like every other config; `orchestrator sw
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config import RUN_NAME, USER_PREFIX, LaunchConfig
 from trainables.config import Flag, TrainConfig
+from trainables.metrics import LOOP_METRICS
+
+# What Tune adds to every report (ray.tune.result's): a metric of any trial
+TUNE_METRICS = frozenset({"training_iteration", "time_total_s", "time_this_iter_s", "time_since_restore"})
 
 
 class _Strict(BaseModel):
@@ -92,6 +97,19 @@ class SweepConfig(_Strict):
         if self.name is not None and not RUN_NAME.match(self.name):
             raise ValueError(f"{self.name!r} is not a sweep name: letters, digits, '.', '_' or '-'")
         return self
+
+    @field_validator("metric")
+    @classmethod
+    def _reported(cls, metric: str, info: ValidationInfo) -> str:
+        """A metric the shared loop reports (an entry function's own are its to name)."""
+        base = info.data.get("base")  # validated before the metric, absent where it failed
+        if base is not None and base.kind == "loop":
+            known = LOOP_METRICS | TUNE_METRICS
+            if metric not in known:
+                close = difflib.get_close_matches(metric, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else "e.g. val_acc, val_loss, loss, samples_per_s"
+                raise ValueError(f"{metric!r} is not a figure the training loop reports: {hint}")
+        return metric
 
     @property
     def trial_shape_varies(self) -> bool:
