@@ -80,7 +80,7 @@ def check_pairing(name: str, data_kind: str) -> ModelEntry:
     entry = model_entry(name)
     if entry.kind != data_kind:
         raise ConfigError(f"model {name!r} takes {entry.kind} data but the dataset gives {data_kind}:"
-                          f" pick a {entry.kind} dataset (default: {entry.default_dataset})")
+                          f" pick a dataset that gives {entry.kind} (default: {entry.default_dataset})")
     return entry
 
 
