@@ -17,6 +17,7 @@ import yaml
 from conftest import DATA, run_cli
 
 import orchestrator
+from orchestrator.sweeps.results import write_boards
 
 ASHA = DATA / "sweeps" / "asha_digits.yaml"
 
@@ -57,6 +58,24 @@ def test_asha_sweep_stops_trials_leaks_nothing_and_best_launches(ray_local, in_t
     assert best["train"]["lr"] == pytest.approx(result.best_config.train.lr)
     run = orchestrator.launch(config=str(result.path / "best.yaml"), name="best", quiet=True)
     assert run.metrics["val_acc"] >= 0.90
+
+
+def test_trial_boards_are_written_anew_from_the_rows(tmp_path):
+    """tb/<trial>/: each trial's curves against its steps at the reports' times, without its settings or how
+    it ended; a resumed sweep rewrites them (no second event file repeating the first's points)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # deferred: test-only
+
+    table = pd.DataFrame({"trial": ["a", "a", "b"], "training_iteration": [1, 2, 1], "step": [10, 20, 10],
+                          "val_acc": [0.5, 0.625, 0.25], "timestamp": [1.7e9, 1.7e9 + 1, 1.7e9 + 2],
+                          "stopped_early": [False, False, True], "param_lr": [0.1, 0.1, 0.2]})
+    for _ in range(2):
+        write_boards(table, tmp_path / "tb")
+    assert sorted(len(list(run.iterdir())) for run in (tmp_path / "tb").iterdir()) == [1, 1]
+    board = EventAccumulator(str(tmp_path / "tb" / "a"))
+    board.Reload()
+    assert [(e.step, e.value, e.wall_time) for e in board.Scalars("val_acc")] == [(10, 0.5, 1.7e9),
+                                                                                   (20, 0.625, 1.7e9 + 1)]
+    assert board.Tags()["scalars"] == ["val_acc"]
 
 
 def _finished_trials(sweep_dir: Path) -> set[str]:

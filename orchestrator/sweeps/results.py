@@ -4,6 +4,7 @@ tb/ (each trial's reports as a TensorBoard run)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ def step_axis(table: pd.DataFrame) -> str:
 def write_boards(table: pd.DataFrame, folder: Path) -> None:
     """Each trial's reports as a TensorBoard run of its own, tb/<trial>/ (`tensorboard --logdir
     sweeps/<name>/tb`), written once the sweep is over; Tune's own TensorBoard logger would write them on
-    the sweep's driver at every report, on the CPUs the trials train on (see tuner.callbacks)."""
+    the sweep's driver at every report, on the CPUs the trials train on (see tuner.callbacks). A resumed
+    sweep's are written anew, from all its trials' rows."""
+    shutil.rmtree(folder, ignore_errors=True)
     x = step_axis(table)
     curves = [c for c in table.columns if c not in NOT_CURVES and not c.startswith("param_")]
     for trial, rows in table.groupby("trial"):
