@@ -60,13 +60,15 @@ def checkpoint_activations(model: nn.Module, mode: str) -> None:
 
 def _recomputed(forward, context_fn=None, norms: list[nn.Module] = ()):  # noqa: ANN001, ANN202 (any forward)
     options = {"context_fn": context_fn} if context_fn else {}
+    spares: list[torch.Tensor] = []  # made at the first forward, where the statistics are by then
 
     def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         # compiled, the recompute is the backward graph's, which repeats no buffer update
         if not norms or torch.compiler.is_compiling():
             return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
         calls = itertools.count()  # checkpoint calls `once` for the forward, and again to recompute it
-        spares = spare_statistics(norms)
+        if not spares or spares[0].device != norms[0].running_mean.device:
+            spares[:] = spare_statistics(norms)
 
         def once(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             if next(calls) == 0:
@@ -92,7 +94,8 @@ def batch_norms_in(block: nn.Module) -> list[nn.Module]:
 
 def spare_statistics(norms: list[nn.Module]) -> list[torch.Tensor]:
     """Copies of the norms' running statistics, made outside the checkpointed region (per-op checkpointing
-    replays the ops inside it, and a copy made only in the recompute would be one it never saw)."""
+    replays the ops inside it, and a copy made only in the recompute would be one it never saw). Made once
+    per block: a recompute only writes them (training-mode BatchNorm normalizes by the batch's own)."""
     return [getattr(norm, name).clone() for norm in norms for name in STATISTICS]
 
 
