@@ -80,7 +80,7 @@ def write_boards(table: pd.DataFrame, folder: Path) -> None:
     curves = [c for c in table.columns if c not in NOT_CURVES and not c.startswith("param_")]
     for trial, rows in table.groupby("trial"):
         board = TensorBoardRows(folder / str(trial))
-        board([{**row, "step": step} for row, step in zip(rows[curves].to_dict("records"), rows[x], strict=True)])
+        board(rows[curves].assign(step=rows[x]).to_dict("records"))
         board.close()
 
 
