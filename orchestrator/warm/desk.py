@@ -5,9 +5,9 @@ protocol is tested in-process.
 A client (a sweep trial, or a launch on a pool) claims a free desk, submits its Job, and then takes the
 group's events: metric rows, reports (a checkpoint with its metrics) and finally how the job ended. It
 acknowledges each report once it has passed it on. The group's rank 0 takes the job, posts a report at every
-checkpoint and waits for the verdict on it: GO once the client acknowledged it (for a sweep: Tune let the
-trial continue), STOP once the client let go of the desk (Tune stopped or paused the trial) or stopped calling
-in (its process was killed). Every call that waits does so for at most `timeout` seconds and is simply
+checkpoint and, training on, looks for the verdict on it (see orchestrator.warm.reporter): GO once the client
+acknowledged it (for a sweep: Tune let the trial continue), STOP once the client let go of the desk (Tune
+stopped or paused the trial) or stopped calling in (its process was killed). Every call that waits does so for at most `timeout` seconds and is simply
 repeated by its caller, so no thread of the actor is held by a caller that died.
 """
 

@@ -12,30 +12,27 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import ray
 import torch
-import torch.distributed as dist
 
 from groundwork.errors import JobError
 from orchestrator.raytrain.holders import holding
 from orchestrator.raytrain.job import Job
 from orchestrator.raytrain.logs import setup_rank_logging
 from orchestrator.raytrain.worker import ray_context
-from orchestrator.warm.desk import GO, GROUP_FAILED, Assignment, Closed, Ended
-from trainables.checkpoint import move_checkpoint, resume_state
+from orchestrator.warm.desk import GROUP_FAILED, Closed, Ended
+from orchestrator.warm.reporter import POLL_S, GroupReporter, Stopped, agree
+from trainables.checkpoint import resume_state
 from trainables.context import DistContext, Reporter
 from trainables.run import run_training
 
 log = logging.getLogger("orchestrator.warm")
-POLL_S = 1.0  # how long one desk call waits; the other ranks wait in one broadcast no longer than this
 
 
 @dataclass(frozen=True)
@@ -45,56 +42,6 @@ class GroupArgs:
     desk: str
     namespace: str | None
     log_dir: str
-
-
-class _Stopped(Exception):
-    """The job's client let go (Tune stopped or paused the trial): leave the loop, take the next job."""
-
-
-def agree(ctx: DistContext, ask: Callable[[], Any]) -> Any:
-    """Rank 0 asks the desk and every rank gets the answer, repeated while it is None (nothing yet), so that
-    no rank waits in a single collective for longer than one poll."""
-    while True:
-        box = [ask() if ctx.is_main else None]
-        if ctx.distributed:
-            dist.broadcast_object_list(box, src=0, device=ctx.device)
-        if box[0] is not None:
-            return box[0]
-
-
-class GroupReporter:
-    """The loop's reporter on a warm group: rows to the desk (async); each checkpoint staged where the client
-    can read it and reported, and the loop goes on only once the client lets it (for a sweep: Tune)."""
-
-    def __init__(self, desk: Any, assignment: Assignment, ctx: DistContext) -> None:
-        self.desk = desk
-        self.seq = assignment.seq
-        self.staging = assignment.job.staging
-        self.ctx = ctx
-
-    def log(self, row: dict[str, float]) -> None:
-        self.desk.row.remote(self.seq, row)
-
-    def progress(self, step: int) -> None:
-        pass
-
-    def preemption_notice(self) -> bool:
-        return False  # a trial's checkpoints are Tune's to schedule
-
-    def checkpoint(self, metrics: dict[str, float], folder: str | None,
-                   finish: Callable[[], None] | None = None) -> None:
-        ask, path = None, None
-        if finish is not None:
-            finish()  # the client takes complete checkpoints (Tune copies them)
-        if self.ctx.is_main:
-            # Moved where the client can read it: the loop's `folder` is gone (its delete finds nothing).
-            path = str(move_checkpoint(folder, self.staging / Path(folder).name)) if folder else None
-            index = ray.get(self.desk.report.remote(self.seq, metrics, path))
-            ask = lambda: ray.get(self.desk.verdict.remote(self.seq, index, POLL_S))  # noqa: E731
-        if agree(self.ctx, ask) != GO:
-            if self.ctx.is_main and path:
-                shutil.rmtree(path, ignore_errors=True)  # the client will not take it
-            raise _Stopped
 
 
 def run_job(job: Job, ctx: DistContext, reporter: Reporter) -> Ended:
@@ -107,7 +54,7 @@ def run_job(job: Job, ctx: DistContext, reporter: Reporter) -> Ended:
         resume = resume_state([Path(p) for p in job.resume])
         with holding(job.name, ctx.rank, ray.get_runtime_context().get_node_id()):
             run_training(job.train, ctx, reporter, resume, job.run_dir, job.user)
-    except _Stopped:
+    except Stopped:
         return Ended("stopped")
     except JobError as exc:
         return Ended("error", f"{type(exc).__name__}: {exc}")
