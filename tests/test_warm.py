@@ -21,6 +21,7 @@ import orchestrator
 from orchestrator.raytrain.job import Job
 from orchestrator.sweeps.config import SweepConfig
 from orchestrator.warm.desk import GO, STOP, Assignment, Closed, Desk, Ended, Report, Row
+from orchestrator.warm.reporter import GroupReporter, Stopped
 from orchestrator.warm.worker import run_job
 from trainables.checkpoint import save_state
 from trainables.config import TrainConfig
@@ -94,6 +95,59 @@ def test_a_job_that_fails_by_its_own_fault_ends_with_its_error_and_a_bug_propaga
 
     with pytest.raises(KeyError, match="a bug"):
         run_job(Job(name="bug", train=TINY), ctx, Broken())
+
+
+def _step_until_told(reporter: GroupReporter, step: int) -> int:
+    """Train on (progress at each new step) until the verdict comes; the step it came at."""
+    for _ in range(2000):
+        step += 1
+        in_flight = reporter.in_flight
+        reporter.progress(step)
+        if in_flight and not reporter.in_flight:
+            return step
+        time.sleep(0.005)
+    raise AssertionError("no verdict came")
+
+
+def test_the_group_trains_on_while_the_client_decides_and_stops_when_told(tmp_path, ray_local):
+    """A report does not wait for the client: the verdict is looked for at each new step; GO lets the job go on,
+    a client that let go stops it at a step (its staged checkpoint removed), and a checkpoint waits for the
+    verdict on the report before it."""
+    ray = ray_local
+    desk = ray.remote(num_cpus=0, max_concurrency=4)(Desk).remote()
+    assert ray.get(desk.claim.remote("trial")) is True
+    job = Job(name="trial", train=TINY, run_dir=str(tmp_path / "run"))
+    ray.get(desk.submit.remote("trial", job))
+    reporter = GroupReporter(desk, ray.get(desk.next_job.remote(1.0)), DistContext())
+
+    def folder(name: str) -> str:
+        return str(save_state({"w": torch.ones(3)}, tmp_path / name).parent)
+
+    reporter.checkpoint({"step": 2.0, "val_acc": 0.5}, folder("checkpoint_a"))  # returns before any verdict
+    assert reporter.in_flight and ray.get(desk.verdict.remote(1, 0, 0.0)) is None
+    reporter.progress(2)  # validation batches repeat the report's step: not looked at
+    [report] = [e for e in ray.get(desk.take.remote("trial", 1.0)) if isinstance(e, Report)]
+    assert report.metrics["val_acc"] == 0.5 and Path(report.path, "state.pt").exists()
+    ray.get(desk.ack.remote("trial", report.index))
+    step = _step_until_told(reporter, 2)  # GO: nothing raised
+    assert step > 2 and Path(report.path).exists()  # the client's to take
+
+    reporter.checkpoint({"step": float(step)}, folder("checkpoint_b"))
+    [second] = [e for e in ray.get(desk.take.remote("trial", 1.0)) if isinstance(e, Report)]
+    ray.get(desk.release.remote("trial"))  # Tune stopped the trial
+    with pytest.raises(Stopped):
+        _step_until_told(reporter, step)
+    assert not Path(second.path).exists()  # nobody will take it
+
+    ray.get(desk.end.remote(1, Ended("stopped")))
+    assert ray.get(desk.claim.remote("next")) is True
+    ray.get(desk.submit.remote("next", Job(name="next", train=TINY, run_dir=str(tmp_path / "next"))))
+    reporter = GroupReporter(desk, ray.get(desk.next_job.remote(1.0)), DistContext())
+    reporter.checkpoint({"step": 1.0}, None)
+    ray.get(desk.release.remote("next"))
+    with pytest.raises(Stopped):  # the next checkpoint first learns the verdict on this one
+        reporter.checkpoint({"step": 1.0}, None)
+    ray.kill(desk)
 
 
 def test_only_sweeps_whose_trials_share_a_shape_use_warm_groups():
