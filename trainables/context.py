@@ -47,7 +47,9 @@ class Reporter(Protocol):
     `checkpoint` is called on every rank at the same step (rank 0 passes the folder, others None; with
     `finish`, the folder is still being written: finish() returns once it is complete, and the folder is then
     the reporter's to keep, the loop deleting it no more);
-    `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap);
+    `progress` on every rank after each step or validation batch (a heartbeat: it must be cheap; every rank
+    passes the same steps, and only a training step moves the step on, so a reporter may run a collective
+    where it does: validation batches, whose count may differ between ranks, repeat it);
     `preemption_notice` on every rank at each log point: whether the cluster said a node of this run is about
     to be reclaimed, or this process was told to stop (SIGTERM) (local and cheap; the loop agrees on it across
     ranks and checkpoints at once, with "preemption_notice" in every rank's metrics; that `checkpoint` ends the

@@ -7,8 +7,9 @@ group's events: metric rows, reports (a checkpoint with its metrics) and finally
 acknowledges each report once it has passed it on. The group's rank 0 takes the job, posts a report at every
 checkpoint and, training on, looks for the verdict on it (see orchestrator.warm.reporter): GO once the client
 acknowledged it (for a sweep: Tune let the trial continue), STOP once the client let go of the desk (Tune
-stopped or paused the trial) or stopped calling in (its process was killed). Every call that waits does so for at most `timeout` seconds and is simply
-repeated by its caller, so no thread of the actor is held by a caller that died.
+stopped or paused the trial) or stopped calling in (its process was killed). Every call that waits does so
+for at most `timeout` seconds and is simply repeated by its caller, so no thread of the actor is held by a
+caller that died.
 """
 
 from __future__ import annotations
