@@ -141,12 +141,14 @@ def test_the_group_trains_on_while_the_client_decides_and_stops_when_told(tmp_pa
 
     ray.get(desk.end.remote(1, Ended("stopped")))
     assert ray.get(desk.claim.remote("next")) is True
-    ray.get(desk.submit.remote("next", Job(name="next", train=TINY, run_dir=str(tmp_path / "next"))))
+    after = Job(name="next", train=TINY, run_dir=str(tmp_path / "next"))
+    ray.get(desk.submit.remote("next", after))
     reporter = GroupReporter(desk, ray.get(desk.next_job.remote(1.0)), DistContext())
     reporter.checkpoint({"step": 1.0}, None)
     ray.get(desk.release.remote("next"))
     with pytest.raises(Stopped):  # the next checkpoint first learns the verdict on this one
-        reporter.checkpoint({"step": 1.0}, None)
+        reporter.checkpoint({"step": 1.0}, folder("checkpoint_c"))
+    assert not (tmp_path / "checkpoint_c").exists() and not any(after.staging.glob("*"))
     ray.kill(desk)
 
 

@@ -101,7 +101,12 @@ class GroupReporter:
         if finish is not None:
             finish()  # the client takes complete checkpoints (Tune copies them)
         if self.in_flight:
-            self._settle(block=True)
+            try:
+                self._settle(block=True)
+            except Stopped:
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)  # complete, and never staged: nobody will take it
+                raise
         if self.ctx.is_main:
             # Moved where the client can read it: the loop's `folder` is gone (its delete finds nothing).
             path = str(move_checkpoint(folder, self.staging / Path(folder).name)) if folder else None
