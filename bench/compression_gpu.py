@@ -20,12 +20,14 @@ from common import ONE_GPU, launch_summary, provenance, write_result
 
 RUN = ["--model", "gpt2-124m", "--dataset", "fake-tokens", "--seq-len", "1024", "--batch-size", "16", "--compile",
        "--precision", "bf16", "--fake-samples", "4096", "--val-fraction", "0.05", "--max-steps", "120",
-       "--log-every", "10", "--no-checkpoints", "--powersgd-rank", "4", "--powersgd-warmup", "10", *ONE_GPU]
+       "--log-every", "10", "--no-checkpoints", *ONE_GPU]
+POWERSGD = ["--powersgd-rank", "4", "--powersgd-warmup", "10"]
 COMPRESSIONS = ("none", "bf16", "powersgd")
 
 
 def run(compression: str, folder: Path) -> dict:
-    summary, tail = launch_summary([*RUN, "--grad-compression", compression], compression, folder)
+    settings = [*RUN, "--grad-compression", compression, *(POWERSGD if compression == "powersgd" else [])]
+    summary, tail = launch_summary(settings, compression, folder)
     if summary is None:
         raise SystemExit(f"{compression} failed: {tail}")
     rows = pd.read_parquet(folder / "runs" / compression / "metrics.parquet").iloc[2:]  # after warm-up windows

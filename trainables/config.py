@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -11,6 +12,36 @@ from trainables.factories import IMPORT_PATH
 Precision = Literal["fp32", "bf16", "fp16", "fp8"]
 # true/false only: pydantic would otherwise take "yes", "on" or "1" from a YAML file as True
 Flag = Annotated[bool, Strict()]
+
+
+SHARDED = ("fsdp", "hsdp")
+
+
+@dataclass(frozen=True)
+class ActsWith:
+    """A setting that acts only where another one (`on`) has one of `values`: given otherwise (a value other
+    than its default), it would do nothing, and the run would not be the one asked for."""
+
+    on: str
+    values: tuple[str, ...]
+    fix: str  # what makes it act
+
+
+ACTS_ONLY_WITH = {
+    "fp8_recipe": ActsWith("precision", ("fp8",), "--precision fp8"),
+    "cpu_offload": ActsWith("strategy", SHARDED, "--strategy fsdp"),
+    "reshard_after_forward": ActsWith("strategy", SHARDED, "--strategy fsdp"),
+    "meta_init": ActsWith("strategy", SHARDED, "--strategy fsdp"),
+    "checkpoint_format": ActsWith("strategy", SHARDED, "--strategy fsdp"),
+    "checkpoint_async": ActsWith("checkpoint_format", ("sharded",), "--checkpoint-format sharded"),
+    "shard_size": ActsWith("strategy", ("hsdp",), "--strategy hsdp"),
+    "grad_compression": ActsWith("strategy", ("ddp", "model-parallel"), "--strategy ddp"),
+    "powersgd_rank": ActsWith("grad_compression", ("powersgd",), "--grad-compression powersgd"),
+    "powersgd_warmup": ActsWith("grad_compression", ("powersgd",), "--grad-compression powersgd"),
+    "stages": ActsWith("strategy", ("model-parallel",), "--strategy model-parallel"),
+    "micro_batches": ActsWith("strategy", ("model-parallel",), "--strategy model-parallel"),
+    "split": ActsWith("strategy", ("model-parallel",), "--strategy model-parallel"),
+}
 
 
 def step_window(text: str) -> tuple[int, int]:
@@ -106,7 +137,7 @@ class TrainConfig(BaseModel):
     @property
     def sharded(self) -> bool:
         """FSDP2 holds the model: fsdp, or hsdp (sharded within a group, replicated across groups)."""
-        return self.strategy in ("fsdp", "hsdp")
+        return self.strategy in SHARDED
 
     @model_validator(mode="after")
     def _parquet_needs_path(self) -> TrainConfig:
@@ -118,21 +149,20 @@ class TrainConfig(BaseModel):
             raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
         if self.profile_steps and not 1 <= step_window(self.profile_steps)[0] <= step_window(self.profile_steps)[1]:
             raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
-        if self.cpu_offload and not self.sharded:
-            raise ValueError(f"cpu_offload needs strategy fsdp or hsdp (it is {self.strategy}): add --strategy fsdp")
-        if self.checkpoint_format == "sharded" and not self.sharded:
-            raise ValueError(f"checkpoint_format sharded needs strategy fsdp or hsdp (it is {self.strategy})")
-        if self.checkpoint_async and self.checkpoint_format != "sharded":
-            raise ValueError("checkpoint_async writes sharded checkpoints in the background: add --checkpoint-format"
-                             " sharded (and --strategy fsdp or hsdp)")
-        if self.shard_size is not None and self.strategy != "hsdp":
-            raise ValueError(f"shard_size is for strategy hsdp (it is {self.strategy})")
-        if self.grad_compression != "none" and self.strategy not in ("ddp", "model-parallel"):
-            raise ValueError(f"grad_compression {self.grad_compression} works on DDP's all-reduce: strategy ddp"
-                             f" or model-parallel (it is {self.strategy})")
+        self._each_setting_acts()
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self
+
+    def _each_setting_acts(self) -> None:
+        """Refuse a setting given where it does nothing (see ACTS_ONLY_WITH)."""
+        for name, needs in ACTS_ONLY_WITH.items():
+            value, current = getattr(self, name), getattr(self, needs.on)
+            if value == type(self).model_fields[name].default or current in needs.values:
+                continue
+            given = (name if value else f"{name} false") if isinstance(value, bool) else f"{name} {value}"
+            raise ValueError(f"{given} needs {needs.on} {' or '.join(needs.values)} (it is {current}): add"
+                             f" {needs.fix}, or leave {name} out")
 
 
 def for_world(cfg: TrainConfig, world: int, planned: int) -> tuple[TrainConfig, str | None]:
