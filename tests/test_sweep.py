@@ -17,7 +17,9 @@ import yaml
 from conftest import DATA, run_cli
 
 import orchestrator
+from orchestrator.config import LaunchConfig
 from orchestrator.sweeps.results import write_boards
+from orchestrator.sweeps.trials import trial_launch
 
 ASHA = DATA / "sweeps" / "asha_digits.yaml"
 
@@ -131,3 +133,15 @@ def test_optuna_search_runs_trials(ray_local, in_tmp):
     trials = pd.read_parquet(result.path / "trials.parquet")
     assert trials["trial"].nunique() == 2 and trials["param_lr"].nunique() == 2
     assert trials["val_acc"].notna().all()
+
+
+def test_a_trial_leaves_out_the_settings_that_do_nothing_in_it():
+    """A launch refuses powersgd_rank without PowerSGD; a sweep over grad_compression with powersgd_rank in its
+    space runs the other trials with the default rank, and the PowerSGD ones with the sampled rank."""
+    with pytest.raises(ValueError, match="powersgd_rank 4 needs grad_compression powersgd .it is bf16.: add"):
+        LaunchConfig.model_validate({"train": {"grad_compression": "bf16", "powersgd_rank": 4}})
+    base = LaunchConfig.model_validate({"workers": 2, "train": {"model": "digits-cnn"}})
+    assert trial_launch(base, {"grad_compression": "bf16", "powersgd_rank": 4}).train.powersgd_rank == 1
+    powersgd = trial_launch(base, {"grad_compression": "powersgd", "powersgd_rank": 4, "lr": 0.01})
+    assert (powersgd.train.powersgd_rank, powersgd.train.lr, powersgd.workers) == (4, 0.01, 2)
+    assert trial_launch(base, {"strategy": "fsdp", "grad_compression": "bf16"}).train.grad_compression == "none"

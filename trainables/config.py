@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
@@ -156,13 +156,21 @@ class TrainConfig(BaseModel):
 
     def _each_setting_acts(self) -> None:
         """Refuse a setting given where it does nothing (see ACTS_ONLY_WITH)."""
-        for name, needs in ACTS_ONLY_WITH.items():
-            value, current = getattr(self, name), getattr(self, needs.on)
-            if value == type(self).model_fields[name].default or current in needs.values:
-                continue
+        for name in idle_settings(dict(self))[:1]:
+            needs, value, current = ACTS_ONLY_WITH[name], getattr(self, name), getattr(self, ACTS_ONLY_WITH[name].on)
             given = (name if value else f"{name} false") if isinstance(value, bool) else f"{name} {value}"
             raise ValueError(f"{given} needs {needs.on} {' or '.join(needs.values)} (it is {current}): add"
                              f" {needs.fix}, or leave {name} out")
+
+
+def idle_settings(settings: dict[str, Any]) -> list[str]:
+    """The settings among `settings` (TrainConfig's, by name; a missing one has its default) given where they
+    do nothing (see ACTS_ONLY_WITH)."""
+    def value(name: str) -> Any:
+        return settings.get(name, TrainConfig.model_fields[name].default)
+
+    return [name for name, needs in ACTS_ONLY_WITH.items()
+            if value(name) != TrainConfig.model_fields[name].default and value(needs.on) not in needs.values]
 
 
 def for_world(cfg: TrainConfig, world: int, planned: int) -> tuple[TrainConfig, str | None]:
