@@ -24,7 +24,7 @@ from groundwork.address import CONNECT_TIMEOUT_S, check_address
 from groundwork.errors import ConfigError
 from groundwork.remote import RunPlace
 from groundwork.yamlio import read_yaml, validate_doc, validation_message
-from trainables.config import Flag, TrainConfig
+from trainables.config import Flag, TrainConfig, idle_settings
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 LAUNCH_FILE = "launch.yaml"  # in every run folder: what the run started with
@@ -241,6 +241,20 @@ def merge(base: LaunchConfig, overrides: dict[str, Any]) -> LaunchConfig:
     return LaunchConfig.model_validate(data)
 
 
+def leaving_out_idle(base: LaunchConfig, overrides: dict[str, Any], keep_given: bool) -> dict[str, Any]:
+    """`overrides` with, for each train setting that would do nothing under them (see ACTS_ONLY_WITH), its
+    default: a resumed run moved from fsdp to ddp leaves its fsdp-only settings behind, a sweep's trial those
+    its sampled values make idle. `keep_given`: what the overrides set themselves stays (and is refused)."""
+    given, defaults = overrides.get("train", {}), {}
+    while True:  # to a fixed point: checkpoint_format left behind leaves checkpoint_async idle in turn
+        idle = idle_settings({**base.train.model_dump(), **given, **defaults})
+        more = {name: TrainConfig.model_fields[name].default for name in idle
+                if not (keep_given and name in given) and name not in defaults}
+        if not more:
+            return {**overrides, "train": {**given, **defaults}} if defaults else overrides
+        defaults |= more
+
+
 def run_folder(name: str, spec_path: str | None) -> RunPlace:
     """Where run `name` lives: under the storage path of the cluster spec (default: this machine's)."""
     return RunPlace.of(resolve_storage(load_spec(spec_path)), name)
@@ -265,7 +279,8 @@ def resolve_launch(overrides: dict[str, Any], config_file: str | None = None,
             place = run_folder(resume, overrides.get("cluster"))
             if not place.has(LAUNCH_FILE):
                 raise ConfigError(f"--resume {resume}: no run at {place.where}")
-            return merge(saved_launch_config(place), {**overrides, "name": resume})
+            saved = saved_launch_config(place)
+            return merge(saved, leaving_out_idle(saved, {**overrides, "name": resume}, keep_given=True))
         base = load_launch_config(config_file) if config_file else LaunchConfig()
         return merge(base, overrides)
     except ValidationError as exc:

@@ -16,14 +16,13 @@ import ray
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from orchestrator.config import LaunchConfig, merge, split_overrides
+from orchestrator.config import LaunchConfig, leaving_out_idle, merge, split_overrides
 from orchestrator.preflight import checked_plan
 from orchestrator.raytrain.entry import train_worker
 from orchestrator.raytrain.job import Job, WorkerArgs
 from orchestrator.raytrain.trainer import make_trainer
 from orchestrator.sweeps.reaper import register_current_group
 from orchestrator.warm.client import serve
-from trainables.config import TrainConfig, idle_settings
 
 
 @dataclass(frozen=True)
@@ -41,10 +40,7 @@ def trial_launch(base: LaunchConfig, sampled: dict[str, Any]) -> LaunchConfig:
     """A trial's launch: the base with this trial's sampled values on top, less the settings that do nothing
     in this trial (a space over grad_compression, say, with powersgd_rank among its values: the others'
     trials leave it at its default, as a launch of them would have to)."""
-    overrides = split_overrides(sampled)
-    train = {**base.train.model_dump(), **overrides.get("train", {})}
-    idle = {name: TrainConfig.model_fields[name].default for name in idle_settings(train)}
-    return merge(base, {**overrides, "train": {**overrides.get("train", {}), **idle}})
+    return merge(base, leaving_out_idle(base, split_overrides(sampled), keep_given=False))
 
 
 def trial_on_own_group(config: dict[str, Any], context: TrialContext) -> None:
