@@ -18,6 +18,7 @@ from conftest import DATA, run_cli
 
 import orchestrator
 from orchestrator.config import LaunchConfig
+from orchestrator.sweeps.config import SweepConfig
 from orchestrator.sweeps.results import write_boards
 from orchestrator.sweeps.trials import trial_launch
 
@@ -145,3 +146,11 @@ def test_a_trial_leaves_out_the_settings_that_do_nothing_in_it():
     powersgd = trial_launch(base, {"grad_compression": "powersgd", "powersgd_rank": 4, "lr": 0.01})
     assert (powersgd.train.powersgd_rank, powersgd.train.lr, powersgd.workers) == (4, 0.01, 2)
     assert trial_launch(base, {"strategy": "fsdp", "grad_compression": "bf16"}).train.grad_compression == "none"
+    # In a sweep's base it may act with a searched setting; refused where nothing searched makes it act.
+    sweep = {"base": {"train": {"powersgd_rank": 4}}, "space": {"grad_compression": {"type": "choice",
+                                                                                   "values": ["bf16", "powersgd"]}}}
+    swept = SweepConfig.model_validate(sweep).base
+    assert trial_launch(swept, {"grad_compression": "powersgd"}).train.powersgd_rank == 4
+    assert trial_launch(swept, {"grad_compression": "bf16"}).train.powersgd_rank == 1
+    with pytest.raises(ValueError, match="powersgd_rank 4 needs grad_compression powersgd"):
+        SweepConfig.model_validate({**sweep, "space": {"lr": {"type": "choice", "values": [0.1]}}})

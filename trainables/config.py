@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, model_validator
 
 from trainables.factories import IMPORT_PATH
 
@@ -27,6 +27,7 @@ class ActsWith:
     fix: str  # what makes it act
 
 
+SEARCHED = "searched"  # validation context: the settings a sweep searches (its base may hold what acts with them)
 ACTS_ONLY_WITH = {
     "fp8_recipe": ActsWith("precision", ("fp8",), "--precision fp8"),
     "cpu_offload": ActsWith("strategy", SHARDED, "--strategy fsdp"),
@@ -149,18 +150,21 @@ class TrainConfig(BaseModel):
             raise ValueError(f"split has {len(self.split)} stage starts but stages is {self.stages}")
         if self.profile_steps and not 1 <= step_window(self.profile_steps)[0] <= step_window(self.profile_steps)[1]:
             raise ValueError(f"profile_steps {self.profile_steps}: need 1 <= N <= M")
-        self._each_setting_acts()
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ValueError(f"stop_after_epochs({self.stop_after_epochs}) > epochs({self.epochs})")
         return self
 
-    def _each_setting_acts(self) -> None:
-        """Refuse a setting given where it does nothing (see ACTS_ONLY_WITH)."""
-        for name in idle_settings(dict(self))[:1]:
+    @model_validator(mode="after")
+    def _each_setting_acts(self, info: ValidationInfo) -> TrainConfig:
+        """Refuse a setting given where it does nothing (see ACTS_ONLY_WITH), unless what it acts with is
+        searched (a sweep's base, validated with the space's keys as context SEARCHED)."""
+        searched = (info.context or {}).get(SEARCHED, ())
+        for name in [n for n in idle_settings(dict(self)) if ACTS_ONLY_WITH[n].on not in searched][:1]:
             needs, value, current = ACTS_ONLY_WITH[name], getattr(self, name), getattr(self, ACTS_ONLY_WITH[name].on)
             given = (name if value else f"{name} false") if isinstance(value, bool) else f"{name} {value}"
             raise ValueError(f"{given} needs {needs.on} {' or '.join(needs.values)} (it is {current}): add"
                              f" {needs.fix}, or leave {name} out")
+        return self
 
 
 def idle_settings(settings: dict[str, Any]) -> list[str]:

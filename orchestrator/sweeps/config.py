@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config import RUN_NAME, USER_PREFIX, LaunchConfig
-from trainables.config import Flag, TrainConfig
+from trainables.config import SEARCHED, Flag, TrainConfig
 from trainables.metrics import LOOP_METRICS
 
 # What Tune adds to every report (ray.tune.result's): a metric of any trial
@@ -81,6 +81,14 @@ class SweepConfig(_Strict):
     max_concurrent_trials: int | None = Field(None, ge=1, description="default: as many as the cluster fits")
     reuse_workers: Flag = Field(True, description="run trials on worker groups kept up for the whole sweep"
                                 " (when the space changes only train settings); false: a new group per trial")
+
+    @classmethod
+    def model_validate(cls, obj: Any, *, context: dict[str, Any] | None = None, **kwargs: Any) -> SweepConfig:
+        """Validated with the space's keys as context: the base may hold a setting that acts only with one the
+        space searches (powersgd_rank, with grad_compression searched); each trial leaves it out where idle."""
+        space = obj.get("space") if isinstance(obj, dict) else None
+        searched = {SEARCHED: set(space)} if isinstance(space, dict) else {}
+        return super().model_validate(obj, context={**(context or {}), **searched}, **kwargs)
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
