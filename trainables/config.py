@@ -159,11 +159,13 @@ class TrainConfig(BaseModel):
         """Refuse a setting given where it does nothing (see ACTS_ONLY_WITH), unless what it acts with is
         searched (a sweep's base, validated with the space's keys as context SEARCHED)."""
         searched = (info.context or {}).get(SEARCHED, ())
-        for name in [n for n in idle_settings(dict(self)) if ACTS_ONLY_WITH[n].on not in searched][:1]:
-            needs, value, current = ACTS_ONLY_WITH[name], getattr(self, name), getattr(self, ACTS_ONLY_WITH[name].on)
+        idle = [name for name in idle_settings(dict(self)) if ACTS_ONLY_WITH[name].on not in searched]
+        if idle:
+            name, value = idle[0], getattr(self, idle[0])
+            needs = ACTS_ONLY_WITH[name]
             given = (name if value else f"{name} false") if isinstance(value, bool) else f"{name} {value}"
-            raise ValueError(f"{given} needs {needs.on} {' or '.join(needs.values)} (it is {current}): add"
-                             f" {needs.fix}, or leave {name} out")
+            raise ValueError(f"{given} needs {needs.on} {' or '.join(needs.values)} (it is {getattr(self, needs.on)}):"
+                             f" add {needs.fix}, or leave {name} out")
         return self
 
 
