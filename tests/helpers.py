@@ -112,8 +112,9 @@ def straggler_rank(rank: int, world: int, port: int, out: str) -> None:
 
 def ray_docs_train_func(config: dict) -> None:
     """A train function written as Ray Train's docs teach: its own defaults through config.get, a model
-    prepared by ray.train.torch, a report every epoch with a checkpoint every other one, and get_checkpoint
-    on a restart. `pause_s` slows each epoch so a test can kill a rank mid-run."""
+    prepared by ray.train.torch, a report every epoch with a checkpoint every other one, get_checkpoint
+    on a restart, and at the end the list of checkpoints reported (which Ray Train's controller answers).
+    `pause_s` slows each epoch so a test can kill a rank mid-run."""
     import tempfile
     import time
 
@@ -150,6 +151,7 @@ def ray_docs_train_func(config: dict) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
         else:
             ray.train.report(metrics)
+    print(f"checkpoints reported: {len(ray.train.get_all_reported_checkpoints())}")
 
 
 def nan_train_func() -> None:

@@ -38,7 +38,9 @@ def test_a_function_written_as_ray_teaches_runs_unmodified(ray_local, in_tmp):
     assert len(checkpoints) == 2  # epochs 1 and 3 (keep_checkpoints 2), each with the loop's manifest
     manifest = json.loads((checkpoints[0] / "manifest.json").read_text())["files"]
     assert {"model.pt", "orchestrator_reports.json"} <= set(manifest)
-    assert "epoch 3 loss" in (run.path / "logs" / "rank-1.log").read_text()  # each rank's print, in its log
+    log = (run.path / "logs" / "rank-1.log").read_text()
+    assert "epoch 3 loss" in log  # each rank's print, in its log
+    assert "checkpoints reported: 2" in log  # a function's controller answers its workers (an actor's)
 
 
 def test_a_killed_rank_resumes_from_the_functions_own_checkpoint(ray_local, in_tmp):

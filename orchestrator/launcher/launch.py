@@ -32,9 +32,10 @@ from trainables.peaks import peak_tflops_of
 
 log = logging.getLogger(__name__)
 OWN_GROUP = "orchestrator.launcher.own_group"  # imported as the launch starts an embedded Ray
-# The processes a group of its own runs beside its workers: the run's metrics sink, Ray Train's controller
-# and its synchronization actor (an embedded Ray starts them all as the driver connects: see start_local)
-OWN_GROUP_ACTORS = 3
+# The processes a group of its own runs beside its workers: the run's metrics sink and Ray Train's
+# synchronization actor, and its controller where that is not in the driver (see Job.controller_in_driver).
+# An embedded Ray starts them all as the driver connects (see start_local).
+OWN_GROUP_ACTORS = 2
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train 2.60 keeps its checkpoint list there
 STATE_FILE = "state.json"  # in every run folder that ended: how
 
@@ -132,7 +133,7 @@ def launch(cfg: LaunchConfig, resume: bool = False) -> RunResult:
         import_while_ray_starts(OWN_GROUP)
     try:
         # workers under Nsight have a runtime env of their own: a prestarted process cannot serve them
-        prestart = OWN_GROUP_ACTORS + (0 if cfg.nsys else the_plan.workers)
+        prestart = OWN_GROUP_ACTORS + (not job.controller_in_driver) + (0 if cfg.nsys else the_plan.workers)
         with in_use(address), ray_session(spec, address, cfg.dashboard, cfg.verbose, the_plan.env, prestart):
             pooled = _on_pool(cfg, the_plan, address)
             if pooled:

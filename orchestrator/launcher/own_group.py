@@ -72,7 +72,8 @@ def fit_own_group(cfg: LaunchConfig, the_plan: Plan, job: Job,
                            keep_checkpoints=cfg.keep_checkpoints, max_failures=restarts_allowed(cfg),
                            datasets=cfg.datasets, backend="gloo" if job.kind == "script" else None,
                            nsight=cfg.nsys, min_workers=cfg.min_workers, remote=job.remote,
-                           sigterm_notice=job.kind == "loop" and bool(cfg.train.checkpoints))  # else Ray's SIGTERM
+                           sigterm_notice=job.kind == "loop" and bool(cfg.train.checkpoints),  # else Ray's SIGTERM
+                           controller_in_driver=job.controller_in_driver)
     bar, update = terminal(cfg, job, run_dir)
     watchdog = Watchdog(sink, cfg.hang_timeout, run_dir / "hang")
     failed: TrainingFailedError | None = None

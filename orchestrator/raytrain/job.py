@@ -45,6 +45,14 @@ class Job:
                              f" {self.command!r}")
 
     @property
+    def controller_in_driver(self) -> bool:
+        """Whether Ray Train's controller runs in the driver rather than an actor of its own (see
+        orchestrator.raytrain.embedded.EmbeddedController): a train function may ask it for the run's
+        checkpoints (`ray.train.get_all_reported_checkpoints`, through its actor handle); the shared loop and
+        a script never do."""
+        return self.kind != "function"
+
+    @property
     def staging(self) -> Path:
         """Where a warm group's rank 0 copies each checkpoint for the job's client to take."""
         if self.run_dir is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import logging
 import os
 import threading
@@ -207,8 +208,9 @@ def environment(extra: dict[str, str]) -> Iterator[dict[str, str]]:
 
 @contextlib.contextmanager
 def replaced(parts: list[tuple[object, str, object]]) -> Iterator[None]:
-    """Each owner's attribute replaced by its stand-in for the length of the block."""
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
+    """Each owner's attribute replaced by its stand-in for the length of the block (a class's as it is in its
+    body: a staticmethod or a property put back as such)."""
+    saved = [(owner, name, inspect.getattr_static(owner, name)) for owner, name, _ in parts]
     for owner, name, stand_in in parts:
         setattr(owner, name, stand_in)
     try:

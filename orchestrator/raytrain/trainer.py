@@ -71,11 +71,14 @@ class LeanTrainer(DataParallelTrainer):
     StaticScaling), the controller has no runtime env where its variables hold in every process of that
     Ray already (it then takes a worker process Ray prestarted), and the workers none for the variables that
     hold there (EmbeddedController).
-    With `sigterm_notice`, SIGTERM to a worker is a preemption notice (see orchestrator.raytrain.preemption)."""
+    With `sigterm_notice`, SIGTERM to a worker is a preemption notice (see orchestrator.raytrain.preemption).
+    With `controller_in_driver`, the controller runs in this process (see EmbeddedController)."""
 
-    def __init__(self, *args: Any, sigterm_notice: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sigterm_notice: bool = False, controller_in_driver: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sigterm_notice = sigterm_notice
+        self.controller_in_driver = controller_in_driver
 
     def _create_default_callbacks(self) -> list:
         # Ray 2.60 internals: both are among the default controller callbacks.
@@ -106,6 +109,9 @@ class LeanTrainer(DataParallelTrainer):
         embedded = embedded_env() is not None and not self.datasets
         if embedded and type(controller_init_kwargs["scaling_policy"]) is FixedScalingPolicy:  # not elastic
             controller_init_kwargs["scaling_policy"] = StaticScaling(self.scaling_config)
+        if self.controller_in_driver:
+            return EmbeddedController(held_env=embedded_env() or {}, in_driver=True,
+                                      **controller_init_kwargs).run_here()
         if not embedded or not controller_env_in_place():
             return super()._initialize_and_run_controller(**controller_init_kwargs)
         # Ray's method, less the controller's runtime env
@@ -157,7 +163,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
                  keep_checkpoints: int | None = None, max_failures: int = 0, callbacks: list | None = None,
                  datasets: dict[str, str] | None = None, backend: str | None = None,
                  nsight: bool = False, min_workers: int | None = None, sigterm_notice: bool = False,
-                 remote: str | None = None) -> LeanTrainer:
+                 remote: str | None = None, controller_in_driver: bool = False) -> LeanTrainer:
     """A TorchTrainer whose every rank runs `worker(args)`; Ray Train's own run folder is `run_dir`. The
     workers' process group uses the plan's backend, or `backend` (gloo: a script's workers only coordinate).
     With `min_workers`, elastic (Train V2): the group starts with as many of the plan's workers as fit, at
@@ -185,6 +191,7 @@ def make_trainer(worker: Callable[[Any], None], args: Any, the_plan: Plan, run_d
             callbacks=callbacks,
         ),
         sigterm_notice=sigterm_notice,
+        controller_in_driver=controller_in_driver,
     )
 
 
