@@ -272,6 +272,19 @@ def test_an_embedded_raylets_command_line_carries_the_worker_start_flags(ray_loc
     assert len(started[0]) == len(command) and started[1] == ["gcs_server", "--num_prestart_python_workers=1"]
 
 
+def test_an_embedded_ray_without_a_dashboard_sends_no_task_events(ray_local):
+    # Ray's task events (each task's and actor's state changes, to the GCS every second) feed the State API and
+    # the dashboard, which this Ray does not serve; and ray.shutdown waited for the driver's last batch. Every
+    # process of it starts with them off (the raylet's environment, which its workers inherit).
+    from ray._private import ray_constants
+
+    from orchestrator.raytrain.session import NO_TASK_EVENTS
+
+    raylet = ray_local._private.worker._global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0]
+    environment = Path(f"/proc/{raylet.process.pid}/environ").read_bytes().decode().split("\0")
+    assert {f"{name}={value}" for name, value in NO_TASK_EVENTS.items()} <= set(environment)
+
+
 def test_a_worker_runtime_env_keeps_only_what_the_embedded_ray_lacks():
     from orchestrator.raytrain.embedded import held_env_only  # deferred: as the module's others
 
