@@ -15,6 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import DATA, run_cli
+from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (  # Ray 2.60's
+    _AutoscalingCoordinatorActor,
+)
 
 from cluster.spec import load_spec
 from groundwork.localray import kill_tree, pids_naming
@@ -64,6 +67,9 @@ def test_a_run_loses_a_node_goes_on_with_one_worker_and_the_next_run_gets_two(cl
     deadline = time.monotonic() + 120
     while "2 node(s)" not in run_cli("top", "--address", "127.0.0.1:6390", "--once").stdout:
         assert time.monotonic() < deadline, "the second node did not join again"
+    # Ray Train's elastic policy sizes a new group by what Ray Data's AutoscalingCoordinator (an actor that
+    # outlives runs) reserves for it, and that actor looks at the cluster's nodes again only every tick
+    time.sleep(_AutoscalingCoordinatorActor.TICK_INTERVAL_S + 2)
     again = run_cli("launch", "--cluster", str(TWO_NODES), "--workers", "1..2", "--max-steps", "6", "--log-every", "3",
                     "--batch-size", "16", "--name", "regrown", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -94,8 +100,9 @@ def wait_for(path: Path, text: str, timeout_s: float = 300) -> str:
 
 @pytest.mark.slow  # ~2 min, and it needs the node the test above started again
 def test_a_preemption_notice_checkpoints_at_once_and_the_run_goes_on_from_it(cluster, tmp_path):
+    # 30 epochs (~1 s each here): Ray Train's preemption watcher polls every 5 s, and its notice must find the run
     cli = subprocess.Popen([sys.executable, "-m", "orchestrator", "launch", "--cluster", str(TWO_NODES), "--workers",
-                            "1..2", "--epochs", "8", "--log-every", "5", "--name", "spot"], cwd=tmp_path,
+                            "1..2", "--epochs", "30", "--log-every", "5", "--name", "spot"], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = tmp_path / "runs" / "spot" / "logs"
     wait_for(logs / "rank-1.log", r"(rank 1 of 2)")  # one worker on each node
