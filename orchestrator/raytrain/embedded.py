@@ -60,12 +60,13 @@ class EmbeddedController(TrainController):
 
 @contextlib.contextmanager
 def interrupted_at_once() -> Iterator[None]:
-    """On the main thread, Ctrl-C raises KeyboardInterrupt wherever the loop is, as in any driver (a SIGINT
-    this process ignores stays ignored). asyncio.run's own handler only cancels its task, and a task sees a
+    """On the main thread, SIGINT (Ctrl-C; `orchestrator jobs stop`) raises KeyboardInterrupt wherever the loop
+    is, as in any driver, and as Ray's own handler for its controller's actor acts, even where the process
+    started with SIGINT ignored (a job started in the background of a script inherits that). asyncio.run's
+    own handler only cancels its task (and only where SIGINT has Python's default handler), and a task sees a
     cancel where it next suspends: Ray 2.60's control loop suspends only to wait out what is left of a
-    health-check interval, which a poll of the workers on a busy machine outlasts (under the full test
-    suite's load, a launch once ran to its end after Ctrl-C)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    health-check interval, which a poll of the workers on a busy machine outlasts."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
