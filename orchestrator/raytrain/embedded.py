@@ -61,11 +61,10 @@ class EmbeddedController(TrainController):
 @contextlib.contextmanager
 def interrupted_at_once() -> Iterator[None]:
     """On the main thread, SIGINT (Ctrl-C; `orchestrator jobs stop`) raises KeyboardInterrupt wherever the loop
-    is, as in any driver, and as Ray's own handler for its controller's actor acts, even where the process
-    started with SIGINT ignored (a job started in the background of a script inherits that). asyncio.run's
-    own handler only cancels its task (and only where SIGINT has Python's default handler), and a task sees a
-    cancel where it next suspends: Ray 2.60's control loop suspends only to wait out what is left of a
-    health-check interval, which a poll of the workers on a busy machine outlasts."""
+    is, as in any driver and as Ray's own handler for its controller's actor does, also where the process
+    started with SIGINT ignored (a launch started in the background of a script inherits that: CI's runner
+    starts the tests so). asyncio.run's own handler is installed only over Python's default one, and it
+    cancels the loop's task, which takes effect only where that task next awaits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
