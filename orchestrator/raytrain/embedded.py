@@ -17,13 +17,9 @@ from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 from ray.train.v2._internal.logging import LoggingManager
 
-from orchestrator.raytrain.session import replaced
+from orchestrator.raytrain.session import nothing, replaced
 
 NO_CONTROLLER_HANDLE = property(lambda context: None)
-
-
-def nothing(*args: Any) -> None:
-    return None
 
 
 class EmbeddedController(TrainController):

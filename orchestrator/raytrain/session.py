@@ -142,9 +142,6 @@ def skipped_head_parts(dashboard: bool, verbose: bool) -> list[tuple[object, str
       and OpenTelemetry in this driver (0.46 s) to choose the dashboard agent's full mode (its HTTP server)
       over the minimal one;
     - when quiet, the log monitor: it forwards the workers' output to the driver, which asked for none."""
-    def nothing(self, *args, **kwargs) -> None:
-        return None
-
     parts: list[tuple[object, str, object]] = [(ray_node.Node, "start_monitor", nothing)]
     if not dashboard:
         no_dashboard = ImportError("no dashboard on a Ray of one launch's own (see orchestrator launch --dashboard)")
@@ -209,6 +206,11 @@ def environment(extra: dict[str, str]) -> Iterator[dict[str, str]]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def nothing(*args: object, **kwargs: object) -> None:
+    """A stand-in (for `replaced`) that does nothing, whatever it is called with."""
+    return None
 
 
 @contextlib.contextmanager
